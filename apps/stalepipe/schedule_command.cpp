@@ -1,0 +1,32 @@
+// `stalepipe schedule --partitions K --steps N`: what each worker runs, as a space-time table,
+// with the staleness and in-flight counts derived from it.
+#include <cstdio>
+
+#include "commands.h"
+#include "stalepipe/common/error.h"
+#include "stalepipe/schedule/schedule.h"
+
+namespace stalepipe::cli {
+
+Command add_schedule(CLI::App& app) {
+  auto partitions = std::make_shared<int>(2);
+  auto steps = std::make_shared<int64_t>(6);
+  auto kind = std::make_shared<std::string>("stale");
+  app.add_option("--partitions", *partitions, "number of partitions K (workers)")->capture_default_str();
+  app.add_option("--steps", *steps, "mini-batches")->capture_default_str();
+  app.add_option("--schedule", *kind, "stale | sequential")->capture_default_str();
+  return [partitions, steps, kind]() {
+    SP_CHECK_ARG(*partitions >= 1 && *partitions <= 64, "--partitions must be 1..64, got ", *partitions);
+    SP_CHECK_ARG(*steps >= 1 && *steps <= 100000, "--steps must be 1..100000, got ", *steps);
+    const auto s = schedule::make_schedule(schedule::parse_schedule_kind(*kind), *partitions, 0, *steps);
+    std::fputs(schedule::format_schedule_table(s).c_str(), stdout);
+    const auto stats = schedule::analyze(s);
+    std::printf("\nworker\tstaleness d\tactivations in flight\n");
+    for (size_t k = 0; k < stats.workers.size(); ++k) {
+      std::printf("%zu\t%d\t%d\n", k + 1, stats.workers[k].staleness, stats.workers[k].max_in_flight);
+    }
+    return 0;
+  };
+}
+
+}  // namespace stalepipe::cli

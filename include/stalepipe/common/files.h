@@ -1,0 +1,14 @@
+// Crash-safe file writing: write to a temporary name, fsync, rename over the target, fsync
+// the directory. A crash at any moment leaves either the old file or the new one, whole.
+#pragma once
+
+#include <string>
+
+namespace stalepipe {
+
+// Throws RuntimeError naming the path and the system error.
+void write_file_atomic(const std::string& path, const std::string& contents);
+std::string read_file(const std::string& path);
+void fsync_directory(const std::string& dir);
+
+}  // namespace stalepipe

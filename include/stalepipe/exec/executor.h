@@ -1,0 +1,68 @@
+// Executors run a schedule (schedule/schedule.h) over a pipeline's stages.
+//
+//   emulated - one thread runs every operation in schedule::global_order(). The reference:
+//              the other executors must reproduce its parameters bit for bit on CPU.
+//   threads  - one thread per partition, pipeline registers as bounded channels.
+//
+// All executors share one worker loop (each worker walks its own operation list), so they
+// differ only in how tensors travel between workers and in what runs concurrently.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <torch/types.h>
+
+#include "stalepipe/exec/stage.h"
+#include "stalepipe/schedule/schedule.h"
+
+namespace stalepipe::exec {
+
+// One mini-batch as the first partition receives it.
+struct Input {
+  torch::Tensor x;       // [B, C, H, W] float
+  torch::Tensor labels;  // [B] int64
+};
+
+// Everything a segment run needs besides the stages.
+struct SegmentContext {
+  // Inputs for step t, called by the first worker in increasing step order, once per step.
+  std::function<Input(int64_t step)> input;
+  // Learning rate for the update of step t. Pure function; called from worker threads.
+  std::function<double(int64_t step)> lr;
+  // Called by the last worker after the forward (and loss) of each step, in step order.
+  std::function<void(int64_t step, const StepLoss&)> on_step;
+  // When it becomes true, the first worker starts no new mini-batch; the ones already in the
+  // pipeline finish (backward and update), so the stages end consistent. May be null.
+  const std::atomic<bool>* stop = nullptr;
+  // Intra-op threads for each worker (LibTorch/OpenMP); the emulator uses the same counts so
+  // that results are bit-identical.
+  std::vector<int> threads_per_worker;
+};
+
+struct SegmentResult {
+  int64_t end_step = 0;  // first step not trained (schedule.end_step unless stopped)
+  bool stopped = false;
+};
+
+class Executor {
+ public:
+  virtual ~Executor() = default;
+  virtual std::string name() const = 0;
+  // Runs the schedule over stages[0..K-1] (K = schedule.num_workers). Throws RuntimeError
+  // naming the partition and mini-batch if any operation fails; the stages' in-flight state is
+  // then cleared and their weights are those after the last completed update.
+  virtual SegmentResult run(const schedule::Schedule& schedule, std::vector<Stage*>& stages,
+                            const SegmentContext& context) = 0;
+};
+
+// "emulated" | "threads". Throws UsageError for other names.
+std::unique_ptr<Executor> make_executor(const std::string& name);
+std::vector<std::string> executor_names();
+
+}  // namespace stalepipe::exec

@@ -1,0 +1,44 @@
+// From a PPV (pipeline placement vector) to partitions.
+//
+// A PPV is an increasing list of weight-layer indices (1-based, paper-notes "Layer index /
+// PPV"); a pipeline register goes right after each. K-1 registers give K partitions, each a
+// contiguous range of the model's units, numbered 1..K from the input (0..K-1 in code).
+// A register may only follow a unit whose last weight layer it names and that allows a cut
+// (in a ResNet: only between residual blocks).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace stalepipe::models {
+class Model;
+}
+
+namespace stalepipe::partition {
+
+struct Plan {
+  std::vector<int> ppv;                                // register after these weight layers
+  std::vector<std::pair<size_t, size_t>> unit_ranges;  // per partition: units [first, second)
+  std::vector<int64_t> parameters;                     // trainable parameters per partition
+  int num_partitions() const { return static_cast<int>(unit_ranges.size()); }
+};
+
+// Parses "7", "7,13" or "none"/"" (no register). Throws UsageError on anything else.
+std::vector<int> parse_ppv(const std::string& text);
+std::string format_ppv(const std::vector<int>& ppv);  // "7,13" or "none"
+
+// Validates the PPV against the model and cuts it. Throws UsageError naming the model, the
+// bad entry and the valid register positions, e.g.
+//   "--pipeline 9: model lenet5 has 5 weight layers; a register may follow layer 1, 2, 3, 4".
+Plan make_plan(const models::Model& model, const std::vector<int>& ppv);
+
+// The share (0..100) of trainable parameters in partitions whose forward uses stale weights,
+// given each partition's staleness d_k (paper-notes: "Percentage of stale weights").
+double stale_weight_percent(const Plan& plan, const std::vector<int>& staleness);
+
+// "1, 3, 5, 7" - the weight layers a register may follow.
+std::string format_cut_layers(const models::Model& model);
+
+}  // namespace stalepipe::partition

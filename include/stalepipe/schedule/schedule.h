@@ -1,0 +1,97 @@
+// Schedules: what each pipeline worker does, in which order, as plain data.
+//
+// A schedule covers the mini-batches ("steps") [first_step, end_step) of one *segment*: the
+// pipeline is empty when a segment starts and drained when it ends. For each worker k
+// (0-based here; partition k+1 in the paper's numbering) it lists the operations in program
+// order:
+//   kForward(t)  - forward of mini-batch t through partition k (receives its input from
+//                  worker k-1, or from the data for k = 0; sends its output to worker k+1;
+//                  the last worker also computes the loss);
+//   kBackward(t) - backward of t (receives the output gradient from worker k+1, except the
+//                  last worker, which starts from its loss; sends the input gradient to k-1);
+//   kUpdate(t)   - applies the gradient of t to partition k's weights at once.
+// Messages are implied: F(t) on k needs F(t) on k-1; B(t) on k needs B(t) on k+1.
+//
+// Every executor (emulated, threads, processes) runs exactly these lists, so their results
+// agree. The properties users care about - staleness d_k, activations held at once - are
+// derived from the lists by analyze(), never assumed.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace stalepipe::schedule {
+
+enum class OpKind { kForward, kBackward, kUpdate };
+
+struct Op {
+  OpKind kind;
+  int64_t step;
+  bool operator==(const Op& other) const { return kind == other.kind && step == other.step; }
+};
+
+enum class ScheduleKind {
+  kSequential,  // no pipelining: F(t) B(t) U(t) on every worker, one mini-batch in the pipe
+  kStale,       // the paper's PPL-SGD: see make_stale()
+};
+
+struct Schedule {
+  ScheduleKind kind = ScheduleKind::kSequential;
+  int num_workers = 1;
+  int64_t first_step = 0;
+  int64_t end_step = 0;                      // exclusive
+  std::vector<std::vector<Op>> worker_ops;   // [worker] -> ops in program order
+};
+
+// Sequential (non-pipelined) training over K partitions: every worker runs F(t) B(t) U(t);
+// the data dependencies serialise the workers, so no weight is ever stale.
+Schedule make_sequential(int num_workers, int64_t first_step, int64_t end_step);
+
+// The canonical stale schedule (paper-notes, "Canonical stale schedule"). Worker k (0-based)
+// of K first runs 2(K-1-k) forwards, then per cycle one backward, its update and one forward,
+// then drains. The last worker runs F B U back to back. So the forward of t on worker k lacks
+// the updates of the d = 2(K-1-k) - 1 mini-batches before it (none on the last worker).
+Schedule make_stale(int num_workers, int64_t first_step, int64_t end_step);
+
+Schedule make_schedule(ScheduleKind kind, int num_workers, int64_t first_step, int64_t end_step);
+
+// "sequential" | "stale"; anything else throws UsageError.
+ScheduleKind parse_schedule_kind(const std::string& name);
+std::string to_string(ScheduleKind kind);
+std::string to_string(const Op& op);  // "F12", "B12", "U12"
+
+// One operation of the whole pipeline.
+struct GlobalOp {
+  int worker;
+  Op op;
+};
+
+// A single total order of all operations that respects each worker's program order and the
+// messages between workers. Deterministic: at each point the lowest-numbered worker whose
+// next operation is ready runs it. This is the emulated executor's order. Throws
+// RuntimeError if the schedule can deadlock (no worker can proceed).
+std::vector<GlobalOp> global_order(const Schedule& schedule);
+
+struct WorkerStats {
+  // The largest number of updates of earlier mini-batches that a forward of this worker
+  // misses (d_k): the forward of t runs before U(t-d_k) .. U(t-1).
+  int staleness = 0;
+  // The largest number of mini-batches whose activations this worker holds at once (forward
+  // done, backward not yet).
+  int max_in_flight = 0;
+};
+
+struct ScheduleStats {
+  std::vector<WorkerStats> workers;
+};
+
+// Derives the per-worker staleness and in-flight counts from the operation lists.
+ScheduleStats analyze(const Schedule& schedule);
+
+// A space-time table for `stalepipe schedule` and docs/design.md: one column per worker, one
+// row per time slot, assuming every forward and backward takes one slot (equal partitions).
+// Shows at most max_rows rows.
+std::string format_schedule_table(const Schedule& schedule, int max_rows = 200);
+
+}  // namespace stalepipe::schedule

@@ -1,0 +1,44 @@
+// Checkpoints of a partitioned model: one shard per partition plus a manifest.
+//
+// Layout under DIR/checkpoint/:
+//   manifest.json          {"step", "epoch", "partitions", "ppv", "shards": [...], ...}
+//   step-<S>/part-<k>.pt   partition k's parameters, buffers (batch-norm statistics) and
+//                          optimizer state after step S-1
+// Saving writes the shards, then replaces manifest.json atomically, then removes older shard
+// folders; a crash at any moment leaves the previous manifest and the shards it names intact.
+//
+// Checkpoints are taken only when the pipeline is drained (no mini-batch in flight), so
+// weights, optimizer state and data position are all a resumed run needs (docs/design.md).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "stalepipe/exec/stage.h"
+
+namespace stalepipe::train {
+
+struct CheckpointInfo {
+  int64_t step = 0;             // the next mini-batch to train (global step)
+  int64_t epochs_done = 0;      // completed epochs (evaluated and logged)
+  std::string ppv;              // "7,13" or "none"
+  std::string config_hash;      // of the settings that determine the result
+  double wall_seconds = 0;      // training time so far
+};
+
+// Throws RuntimeError on I/O failure.
+void save_checkpoint(const std::string& run_dir, const std::vector<exec::Stage*>& stages,
+                     const CheckpointInfo& info);
+
+bool has_checkpoint(const std::string& run_dir);
+
+// Loads the manifest only.
+CheckpointInfo read_checkpoint_info(const std::string& run_dir);
+
+// Loads weights, buffers and optimizer state into `stages`. Throws RuntimeError if the
+// manifest is missing or corrupt, names shards that do not exist, or disagrees with the
+// stages (number of partitions, tensor names or shapes).
+CheckpointInfo load_checkpoint(const std::string& run_dir, const std::vector<exec::Stage*>& stages);
+
+}  // namespace stalepipe::train

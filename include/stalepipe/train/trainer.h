@@ -1,0 +1,70 @@
+// Trains a model from TrainOptions: data -> model -> partitions -> schedule -> executor ->
+// metrics, with evaluation each epoch, a run directory and checkpoints.
+//
+// Segments: the pipeline is drained at every epoch end, at every checkpoint_every steps, at
+// the hybrid switch and when stopped; between these points mini-batches stream without a
+// flush. Checkpoints are taken only at drain points, so a resumed run replays exactly what
+// an uninterrupted one does (docs/design.md, "Checkpoints").
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "stalepipe/train/options.h"
+
+namespace stalepipe::train {
+
+struct EpochMetrics {
+  int64_t epoch = 0;  // 1-based
+  int64_t step = 0;   // global steps done at the end of the epoch
+  double lr = 0;      // learning rate of the epoch's last step
+  double train_loss = 0;
+  double train_accuracy = 0;
+  double test_loss = 0;
+  double test_accuracy = 0;
+  double images_per_second = 0;  // training images / training time of this epoch
+  double wall_seconds = 0;       // training time since the run began (evaluation excluded)
+};
+
+struct PartitionReport {
+  std::vector<int64_t> parameters;
+  std::vector<int> staleness;      // d_k derived from the stale (or sequential) schedule
+  std::vector<int> max_in_flight;  // activations held at once
+  std::vector<std::string> units;  // "units 0-3 (conv1..fc1)"
+  double stale_weight_percent = 0;
+};
+
+struct TrainResult {
+  std::vector<EpochMetrics> epochs;
+  PartitionReport partitions;
+  int64_t steps = 0;
+  double test_accuracy = 0;
+  double test_loss = 0;
+  double train_loss = 0;
+  double images_per_second = 0;
+  double wall_seconds = 0;
+  bool interrupted = false;   // stopped by the stop flag; a checkpoint was written
+  std::vector<torch::Tensor> parameters;  // final parameters of all partitions, in order
+};
+
+struct TrainHooks {
+  // Set to true (e.g. from a SIGINT handler) to drain, checkpoint and return.
+  const std::atomic<bool>* stop = nullptr;
+  std::function<void(const std::string&)> log;  // one human-readable line; default: stderr
+};
+
+// Runs (or, with resume_dir non-empty, continues) a training run. Throws UsageError for bad
+// options and RuntimeError for failures. With options.out set, writes config.json,
+// metrics.jsonl, summary.json and checkpoints there.
+TrainResult train(const TrainOptions& options, const TrainHooks& hooks = {});
+
+// Continues the run in run_dir from its last checkpoint with the settings of its config.json.
+TrainResult resume(const std::string& run_dir, const TrainHooks& hooks = {});
+
+// Evaluates the last checkpoint of run_dir on its test set. Returns {loss, accuracy}.
+std::pair<double, double> evaluate_run(const std::string& run_dir, int threads = 0);
+
+}  // namespace stalepipe::train

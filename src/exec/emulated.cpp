@@ -1,0 +1,71 @@
+// The reference executor: one thread, every operation in the schedule's global order.
+#include <deque>
+
+#include <ATen/Parallel.h>
+
+#include "executors_impl.h"
+#include "worker_impl.h"
+
+namespace stalepipe::exec {
+namespace {
+
+// Mailboxes: messages wait in FIFO order until the receiving worker's operation runs.
+class MailboxLinks final : public detail::Links {
+ public:
+  explicit MailboxLinks(int workers) : activations_(workers), gradients_(workers) {}
+  detail::Message recv_activation(int worker) override { return take(activations_[worker], worker); }
+  void send_activation(int worker, detail::Message m) override {
+    activations_[worker + 1].push_back(std::move(m));
+  }
+  detail::Message recv_gradient(int worker) override { return take(gradients_[worker], worker); }
+  void send_gradient(int worker, detail::Message m) override {
+    gradients_[worker - 1].push_back(std::move(m));
+  }
+
+ private:
+  static detail::Message take(std::deque<detail::Message>& box, int worker) {
+    SP_CHECK(!box.empty(), "emulated executor: worker ", worker + 1,
+             " waits for a message that the global order has not produced");
+    detail::Message m = std::move(box.front());
+    box.pop_front();
+    return m;
+  }
+  std::vector<std::deque<detail::Message>> activations_;  // [receiver]
+  std::vector<std::deque<detail::Message>> gradients_;    // [receiver]
+};
+
+}  // namespace
+
+SegmentResult EmulatedExecutor::run(const schedule::Schedule& schedule,
+                                    std::vector<Stage*>& stages, const SegmentContext& context) {
+  const int K = schedule.num_workers;
+  SP_CHECK(static_cast<int>(stages.size()) == K, "schedule has ", K, " workers but there are ",
+           stages.size(), " partitions");
+  MailboxLinks links(K);
+  std::vector<detail::WorkerLoop> loops;
+  loops.reserve(K);
+  for (int k = 0; k < K; ++k) loops.emplace_back(schedule, k, *stages[k], links, context);
+  std::vector<size_t> next(K, 0);
+  int current_threads = -1;
+  for (const auto& g : schedule::global_order(schedule)) {
+    const int threads = g.worker < static_cast<int>(context.threads_per_worker.size())
+                            ? context.threads_per_worker[g.worker]
+                            : 0;
+    if (threads > 0 && threads != current_threads) {
+      at::set_num_threads(threads);
+      current_threads = threads;
+    }
+    try {
+      loops[g.worker].run_op(next[g.worker]++);
+    } catch (...) {
+      for (Stage* s : stages) s->clear_in_flight();
+      detail::rethrow_with_context(std::current_exception(), g.worker, g.op.step);
+    }
+  }
+  SegmentResult result;
+  result.end_step = loops[0].cutoff();
+  result.stopped = result.end_step < schedule.end_step;
+  return result;
+}
+
+}  // namespace stalepipe::exec

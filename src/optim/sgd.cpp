@@ -1,0 +1,72 @@
+#include "stalepipe/optim/sgd.h"
+
+#include <torch/serialize.h>
+
+#include "stalepipe/common/error.h"
+
+namespace stalepipe::optim {
+
+Sgd::Sgd(std::vector<torch::Tensor> params, SgdOptions options)
+    : params_(std::move(params)), momentum_buffers_(params_.size()), options_(options) {
+  SP_CHECK_ARG(options.momentum() >= 0, "--momentum must be >= 0, got ", options.momentum());
+  SP_CHECK_ARG(options.weight_decay() >= 0, "--weight-decay must be >= 0, got ",
+               options.weight_decay());
+}
+
+void Sgd::step(double lr) {
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const torch::Tensor& grad = params_[i].grad();
+    if (!grad.defined()) continue;
+    // data(): same storage, own version counter (see the header).
+    torch::Tensor weight = params_[i].data();
+    torch::Tensor d_p = grad.data();
+    if (options_.weight_decay() != 0) {
+      d_p = d_p.add(weight, options_.weight_decay());
+    }
+    if (options_.momentum() != 0) {
+      torch::Tensor& buf = momentum_buffers_[i];
+      if (!buf.defined()) {
+        buf = torch::clone(d_p).detach();
+      } else {
+        buf.mul_(options_.momentum()).add_(d_p, 1 - options_.dampening());
+      }
+      d_p = options_.nesterov() ? d_p.add(buf, options_.momentum()) : buf;
+    }
+    weight.add_(d_p, -lr);
+  }
+}
+
+void Sgd::zero_grad() {
+  for (auto& p : params_) {
+    p.mutable_grad() = torch::Tensor();
+  }
+}
+
+void Sgd::save(torch::serialize::OutputArchive& archive) const {
+  for (size_t i = 0; i < momentum_buffers_.size(); ++i) {
+    if (momentum_buffers_[i].defined()) {
+      archive.write("sgd.momentum." + std::to_string(i), momentum_buffers_[i], /*is_buffer=*/true);
+    }
+  }
+  archive.write("sgd.count", torch::tensor(static_cast<int64_t>(momentum_buffers_.size())),
+                /*is_buffer=*/true);
+}
+
+void Sgd::load(torch::serialize::InputArchive& archive) {
+  torch::Tensor count;
+  archive.read("sgd.count", count, /*is_buffer=*/true);
+  SP_CHECK(count.item<int64_t>() == static_cast<int64_t>(params_.size()),
+           "checkpoint optimizer state has ", count.item<int64_t>(), " parameters, expected ",
+           params_.size());
+  for (size_t i = 0; i < momentum_buffers_.size(); ++i) {
+    torch::Tensor buf;
+    if (archive.try_read("sgd.momentum." + std::to_string(i), buf, /*is_buffer=*/true)) {
+      momentum_buffers_[i] = buf.to(params_[i].device()).detach();
+    } else {
+      momentum_buffers_[i] = torch::Tensor();
+    }
+  }
+}
+
+}  // namespace stalepipe::optim

@@ -1,0 +1,86 @@
+#include "stalepipe/partition/plan.h"
+
+#include <sstream>
+
+#include "stalepipe/common/error.h"
+#include "stalepipe/models/model.h"
+
+namespace stalepipe::partition {
+
+std::vector<int> parse_ppv(const std::string& text) {
+  std::vector<int> ppv;
+  if (text.empty() || text == "none") return ppv;
+  std::stringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    size_t used = 0;
+    int value = 0;
+    try {
+      value = std::stoi(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    SP_CHECK_ARG(used == item.size() && !item.empty(), "--pipeline ", text, ": '", item,
+                 "' is not a layer number; expected a comma-separated list such as 7,13");
+    ppv.push_back(value);
+  }
+  return ppv;
+}
+
+std::string format_ppv(const std::vector<int>& ppv) {
+  if (ppv.empty()) return "none";
+  std::ostringstream out;
+  for (size_t i = 0; i < ppv.size(); ++i) out << (i ? "," : "") << ppv[i];
+  return out.str();
+}
+
+std::string format_cut_layers(const models::Model& model) {
+  std::ostringstream out;
+  const auto cuts = model.cut_layers();
+  for (size_t i = 0; i < cuts.size(); ++i) out << (i ? ", " : "") << cuts[i];
+  return out.str();
+}
+
+Plan make_plan(const models::Model& model, const std::vector<int>& ppv) {
+  const std::string where = "--pipeline " + format_ppv(ppv) + ": model " + model.name;
+  const int layers = model.num_weight_layers();
+  Plan plan;
+  plan.ppv = ppv;
+  size_t first = 0;
+  for (size_t i = 0; i < ppv.size(); ++i) {
+    const int layer = ppv[i];
+    SP_CHECK_ARG(i == 0 || layer > ppv[i - 1], where, ": register positions must increase, got ",
+                 ppv[i - 1], " then ", layer);
+    SP_CHECK_ARG(layer >= 1 && layer < layers, where, " has ", layers,
+                 " weight layers; a register may follow layer ", format_cut_layers(model));
+    const int unit = model.unit_ending_at_layer(layer);
+    SP_CHECK_ARG(unit >= 0, where, ": no register may follow layer ", layer,
+                 " (inside a unit such as a residual block); a register may follow layer ",
+                 format_cut_layers(model));
+    plan.unit_ranges.emplace_back(first, static_cast<size_t>(unit) + 1);
+    first = static_cast<size_t>(unit) + 1;
+  }
+  plan.unit_ranges.emplace_back(first, model.units.size());
+  for (const auto& [begin, end] : plan.unit_ranges) {
+    SP_CHECK_ARG(end > begin, where, ": a partition would hold no unit");
+    int64_t count = 0;
+    for (size_t u = begin; u < end; ++u) {
+      for (const auto& p : model.units[u].module.ptr()->parameters()) {
+        if (p.requires_grad()) count += p.numel();
+      }
+    }
+    plan.parameters.push_back(count);
+  }
+  return plan;
+}
+
+double stale_weight_percent(const Plan& plan, const std::vector<int>& staleness) {
+  int64_t total = 0, stale = 0;
+  for (size_t k = 0; k < plan.parameters.size(); ++k) {
+    total += plan.parameters[k];
+    if (k < staleness.size() && staleness[k] > 0) stale += plan.parameters[k];
+  }
+  return total == 0 ? 0.0 : 100.0 * static_cast<double>(stale) / static_cast<double>(total);
+}
+
+}  // namespace stalepipe::partition

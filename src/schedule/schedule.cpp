@@ -1,0 +1,234 @@
+#include "stalepipe/schedule/schedule.h"
+
+#include <algorithm>
+#include <sstream>
+
+#include "stalepipe/common/error.h"
+
+namespace stalepipe::schedule {
+namespace {
+
+void check_range(int num_workers, int64_t first_step, int64_t end_step) {
+  SP_CHECK_ARG(num_workers >= 1, "a schedule needs at least 1 worker, got ", num_workers);
+  SP_CHECK_ARG(first_step >= 0 && end_step >= first_step, "schedule steps [", first_step, ", ",
+               end_step, ") are not a valid range");
+}
+
+Schedule empty_schedule(ScheduleKind kind, int num_workers, int64_t first_step,
+                        int64_t end_step) {
+  check_range(num_workers, first_step, end_step);
+  Schedule s;
+  s.kind = kind;
+  s.num_workers = num_workers;
+  s.first_step = first_step;
+  s.end_step = end_step;
+  s.worker_ops.resize(num_workers);
+  return s;
+}
+
+}  // namespace
+
+Schedule make_sequential(int num_workers, int64_t first_step, int64_t end_step) {
+  Schedule s = empty_schedule(ScheduleKind::kSequential, num_workers, first_step, end_step);
+  for (auto& ops : s.worker_ops) {
+    for (int64_t t = first_step; t < end_step; ++t) {
+      ops.push_back({OpKind::kForward, t});
+      ops.push_back({OpKind::kBackward, t});
+      ops.push_back({OpKind::kUpdate, t});
+    }
+  }
+  return s;
+}
+
+Schedule make_stale(int num_workers, int64_t first_step, int64_t end_step) {
+  Schedule s = empty_schedule(ScheduleKind::kStale, num_workers, first_step, end_step);
+  for (int k = 0; k < num_workers; ++k) {
+    // Forwards issued before the first backward: 2(K-1-k) in the paper's steady state, and
+    // at least 1 (the last worker runs F B U back to back).
+    const int64_t lead = std::max<int64_t>(1, 2 * (num_workers - 1 - k));
+    auto& ops = s.worker_ops[k];
+    int64_t next_forward = first_step;
+    for (; next_forward < std::min(end_step, first_step + lead); ++next_forward) {
+      ops.push_back({OpKind::kForward, next_forward});
+    }
+    for (int64_t t = first_step; t < end_step; ++t) {
+      ops.push_back({OpKind::kBackward, t});
+      ops.push_back({OpKind::kUpdate, t});
+      if (next_forward < end_step) {
+        ops.push_back({OpKind::kForward, next_forward++});
+      }
+    }
+  }
+  return s;
+}
+
+Schedule make_schedule(ScheduleKind kind, int num_workers, int64_t first_step, int64_t end_step) {
+  switch (kind) {
+    case ScheduleKind::kSequential:
+      return make_sequential(num_workers, first_step, end_step);
+    case ScheduleKind::kStale:
+      return make_stale(num_workers, first_step, end_step);
+  }
+  throw UsageError("unknown schedule kind");
+}
+
+ScheduleKind parse_schedule_kind(const std::string& name) {
+  if (name == "sequential") return ScheduleKind::kSequential;
+  if (name == "stale") return ScheduleKind::kStale;
+  throw UsageError(c10::str("--schedule ", name, ": unknown schedule; expected sequential, stale",
+                            " or hybrid"));
+}
+
+std::string to_string(ScheduleKind kind) {
+  return kind == ScheduleKind::kStale ? "stale" : "sequential";
+}
+
+std::string to_string(const Op& op) {
+  const char* letter = op.kind == OpKind::kForward ? "F" : op.kind == OpKind::kBackward ? "B" : "U";
+  return letter + std::to_string(op.step);
+}
+
+std::vector<GlobalOp> global_order(const Schedule& schedule) {
+  const int K = schedule.num_workers;
+  std::vector<size_t> next(K, 0);
+  // done_forward[k] / done_backward[k]: number of forwards/backwards worker k has finished.
+  // Each worker runs its forwards (and backwards) in increasing step order, so "F(t) done on
+  // worker k" is "the forward count on k has passed t".
+  std::vector<std::vector<char>> forward_done(K), backward_done(K);
+  const int64_t span = schedule.end_step - schedule.first_step;
+  for (int k = 0; k < K; ++k) {
+    forward_done[k].assign(span, 0);
+    backward_done[k].assign(span, 0);
+  }
+  auto ready = [&](int k, const Op& op) {
+    const int64_t i = op.step - schedule.first_step;
+    switch (op.kind) {
+      case OpKind::kForward:
+        return k == 0 || forward_done[k - 1][i];
+      case OpKind::kBackward:
+        return k == K - 1 ? bool(forward_done[k][i]) : bool(backward_done[k + 1][i]);
+      case OpKind::kUpdate:
+        return bool(backward_done[k][i]);
+    }
+    return false;
+  };
+
+  size_t total = 0;
+  for (const auto& ops : schedule.worker_ops) total += ops.size();
+  std::vector<GlobalOp> order;
+  order.reserve(total);
+  while (order.size() < total) {
+    bool progressed = false;
+    for (int k = 0; k < K; ++k) {
+      const auto& ops = schedule.worker_ops[k];
+      if (next[k] < ops.size() && ready(k, ops[next[k]])) {
+        const Op op = ops[next[k]++];
+        const int64_t i = op.step - schedule.first_step;
+        SP_CHECK(i >= 0 && i < span, "schedule op ", to_string(op), " of worker ", k,
+                 " is outside the segment's steps");
+        if (op.kind == OpKind::kForward) forward_done[k][i] = 1;
+        if (op.kind == OpKind::kBackward) backward_done[k][i] = 1;
+        order.push_back({k, op});
+        progressed = true;
+        break;  // restart from worker 0: lowest-numbered ready worker first
+      }
+    }
+    SP_CHECK(progressed, "schedule deadlocks: no worker can run its next operation after ",
+             order.size(), " of ", total, " operations");
+  }
+  return order;
+}
+
+ScheduleStats analyze(const Schedule& schedule) {
+  ScheduleStats stats;
+  stats.workers.resize(schedule.num_workers);
+  for (int k = 0; k < schedule.num_workers; ++k) {
+    auto& w = stats.workers[k];
+    std::vector<int64_t> updated;  // steps whose update was applied (increasing)
+    int in_flight = 0;
+    for (const Op& op : schedule.worker_ops[k]) {
+      switch (op.kind) {
+        case OpKind::kForward: {
+          // Updates of earlier mini-batches of this segment not yet applied.
+          const int64_t earlier = op.step - schedule.first_step;
+          const int64_t applied =
+              std::lower_bound(updated.begin(), updated.end(), op.step) - updated.begin();
+          w.staleness = std::max<int>(w.staleness, static_cast<int>(earlier - applied));
+          w.max_in_flight = std::max(w.max_in_flight, ++in_flight);
+          break;
+        }
+        case OpKind::kBackward:
+          --in_flight;
+          break;
+        case OpKind::kUpdate:
+          updated.push_back(op.step);
+          break;
+      }
+    }
+  }
+  return stats;
+}
+
+std::string format_schedule_table(const Schedule& schedule, int max_rows) {
+  // Space-time view: every forward and backward takes one time slot, an update shares the
+  // slot of its backward, and a worker runs its next operation as soon as its input arrived
+  // in an earlier slot. This is the paper's pipeline diagram for equal-cost partitions.
+  const int K = schedule.num_workers;
+  const int64_t span = schedule.end_step - schedule.first_step;
+  std::vector<size_t> next(K, 0);
+  std::vector<std::vector<int64_t>> forward_slot(K, std::vector<int64_t>(span, -1));
+  std::vector<std::vector<int64_t>> backward_slot(K, std::vector<int64_t>(span, -1));
+  auto done_before = [](int64_t slot, int64_t now) { return slot >= 0 && slot < now; };
+  std::ostringstream out;
+  out << "time";
+  for (int k = 0; k < K; ++k) out << "\tworker " << k + 1;
+  out << "\n";
+  int64_t now = 0;
+  int rows = 0;
+  auto finished = [&] {
+    for (int k = 0; k < K; ++k) {
+      if (next[k] < schedule.worker_ops[k].size()) return false;
+    }
+    return true;
+  };
+  while (!finished()) {
+    std::vector<std::string> cells(K, ".");
+    bool any = false;
+    for (int k = 0; k < K; ++k) {
+      const auto& ops = schedule.worker_ops[k];
+      if (next[k] >= ops.size()) continue;
+      const Op op = ops[next[k]];
+      const int64_t i = op.step - schedule.first_step;
+      bool ready = false;
+      if (op.kind == OpKind::kForward) {
+        ready = k == 0 || done_before(forward_slot[k - 1][i], now);
+      } else if (op.kind == OpKind::kBackward) {
+        ready = k == K - 1 ? done_before(forward_slot[k][i], now)
+                           : done_before(backward_slot[k + 1][i], now);
+      } else {
+        ready = true;  // an update directly follows its backward
+      }
+      if (!ready) continue;
+      ++next[k];
+      any = true;
+      cells[k] = to_string(op);
+      (op.kind == OpKind::kForward ? forward_slot : backward_slot)[k][i] = now;
+      if (op.kind == OpKind::kBackward && next[k] < ops.size() &&
+          ops[next[k]].kind == OpKind::kUpdate) {
+        cells[k] += "+" + to_string(ops[next[k]++]);
+      }
+    }
+    SP_CHECK(any, "schedule deadlocks at time slot ", now);
+    if (rows < max_rows) {
+      out << now;
+      for (const auto& cell : cells) out << "\t" << cell;
+      out << "\n";
+    }
+    ++rows;
+    ++now;
+  }
+  if (rows > max_rows) out << "... " << rows - max_rows << " more time slots\n";
+  return out.str();
+}
+
+}  // namespace stalepipe::schedule

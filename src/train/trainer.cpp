@@ -1,0 +1,513 @@
+#include "stalepipe/train/trainer.h"
+
+#include <sys/resource.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include <ATen/Parallel.h>
+#include <torch/cuda.h>
+#include <torch/nn/functional/loss.h>
+#include <torch/utils.h>
+
+#include "options_json.h"
+#include "stalepipe/common/error.h"
+#include "stalepipe/common/files.h"
+#include "stalepipe/data/loader.h"
+#include "stalepipe/data/normalize.h"
+#include "stalepipe/data/registry.h"
+#include "stalepipe/exec/executor.h"
+#include "stalepipe/exec/pipeline.h"
+#include "stalepipe/models/zoo.h"
+#include "stalepipe/partition/plan.h"
+#include "stalepipe/train/checkpoint.h"
+#include "stalepipe/train/lr_schedule.h"
+#include "stalepipe/train/progress.h"
+
+namespace stalepipe::train {
+namespace fs = std::filesystem;
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+double peak_rss_mb() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<double>(usage.ru_maxrss) / 1024.0;  // ru_maxrss is in KiB on Linux
+}
+
+std::vector<torch::Device> parse_devices(const std::string& text, int partitions) {
+  std::vector<torch::Device> devices;
+  if (text.empty()) return std::vector<torch::Device>(partitions, torch::kCPU);
+  std::stringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    try {
+      devices.emplace_back(item);
+    } catch (const c10::Error&) {
+      throw UsageError("--devices " + text + ": '" + item + "' is not a device; expected cpu or cuda:N");
+    }
+    const auto& d = devices.back();
+    if (d.is_cuda()) {
+      const int count = torch::cuda::is_available() ? static_cast<int>(torch::cuda::device_count()) : 0;
+      SP_CHECK_ARG(d.has_index() && d.index() < count, "--devices ", text, ": ", item,
+                   " is not present; this machine has ", count, " CUDA device(s)",
+                   count == 0 ? " (or LibTorch was built without CUDA)" : "");
+    } else {
+      SP_CHECK_ARG(d.is_cpu(), "--devices ", text, ": only cpu and cuda devices are supported");
+    }
+  }
+  SP_CHECK_ARG(static_cast<int>(devices.size()) == partitions, "--devices ", text, ": names ",
+               devices.size(), " device(s) but the pipeline has ", partitions, " partitions");
+  return devices;
+}
+
+// "3" -> 3 epochs, "250s" -> 250 steps; empty -> -1 (no switch).
+int64_t parse_switch_step(const std::string& text, int64_t steps_per_epoch) {
+  if (text.empty()) return -1;
+  const bool in_steps = text.back() == 's';
+  const std::string number = in_steps ? text.substr(0, text.size() - 1) : text;
+  size_t used = 0;
+  int64_t value = -1;
+  try {
+    value = std::stoll(number, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  SP_CHECK_ARG(used == number.size() && !number.empty() && value >= 0, "--hybrid-switch ", text,
+               ": expected a number of epochs (3) or of steps (250s)");
+  return in_steps ? value : value * steps_per_epoch;
+}
+
+// A run's state: everything built from the options, in the data path's order.
+struct Run {
+  TrainOptions options;
+  data::DataSplit data;
+  std::unique_ptr<data::Loader> train_loader, test_loader;
+  models::Model model;
+  partition::Plan plan;
+  std::unique_ptr<exec::Pipeline> pipeline;
+  std::unique_ptr<exec::Executor> executor;
+  std::unique_ptr<LrSchedule> lr;
+  schedule::ScheduleKind kind = schedule::ScheduleKind::kStale;
+  int64_t steps_per_epoch = 0, total_steps = 0, switch_step = -1, epochs = 0;
+  int threads = 1;
+  std::vector<int> threads_per_worker;
+  PartitionReport report;
+};
+
+void check_options(const TrainOptions& o) {
+  SP_CHECK_ARG(o.batch_size() >= 1, "--batch-size must be >= 1, got ", o.batch_size());
+  SP_CHECK_ARG(o.epochs() >= 1, "--epochs must be >= 1, got ", o.epochs());
+  SP_CHECK_ARG(o.lr() > 0 && std::isfinite(o.lr()), "--lr must be a positive number, got ", o.lr());
+  SP_CHECK_ARG(o.max_steps() >= 0, "--max-steps must be >= 0, got ", o.max_steps());
+  SP_CHECK_ARG(o.train_subset() >= 0, "--train-subset must be >= 0, got ", o.train_subset());
+  SP_CHECK_ARG(o.test_subset() >= 0, "--test-subset must be >= 0, got ", o.test_subset());
+  SP_CHECK_ARG(o.threads() >= 0, "--threads must be >= 0, got ", o.threads());
+  SP_CHECK_ARG(o.threads_per_worker() >= 0, "--threads-per-worker must be >= 0, got ",
+               o.threads_per_worker());
+  SP_CHECK_ARG(o.checkpoint_every() >= 0, "--checkpoint-every must be >= 0, got ",
+               o.checkpoint_every());
+  SP_CHECK_ARG(o.eval_batch_size() >= 1, "--eval-batch-size must be >= 1, got ",
+               o.eval_batch_size());
+  SP_CHECK_ARG(o.schedule() == "stale" || o.schedule() == "sequential" || o.schedule() == "hybrid",
+               "--schedule ", o.schedule(), ": expected stale, sequential or hybrid");
+  SP_CHECK_ARG(o.schedule() == "hybrid" || o.hybrid_switch().empty(),
+               "--hybrid-switch needs --schedule hybrid");
+  SP_CHECK_ARG(o.schedule() != "hybrid" || !o.hybrid_switch().empty(),
+               "--schedule hybrid needs --hybrid-switch (epochs, or steps with an s suffix)");
+}
+
+std::string describe_units(const models::Model& model, size_t begin, size_t end) {
+  return c10::str(model.units[begin].name, "..", model.units[end - 1].name);
+}
+
+void build(Run& run) {
+  const TrainOptions& o = run.options;
+  check_options(o);
+  // Fail on cheap checks before loading data.
+  exec::make_executor(o.executor());
+  run.data = data::load_dataset(o.data());
+  if (o.train_subset() > 0) run.data.train = run.data.train.subset(o.train_subset());
+  if (o.test_subset() > 0) run.data.test = run.data.test.subset(o.test_subset());
+
+  const auto normalization = data::compute_normalization(run.data.train);
+  auto loader_options = data::LoaderOptions()
+                            .batch_size(o.batch_size())
+                            .shuffle(true)
+                            .drop_last(o.drop_last())
+                            .seed(o.seed())
+                            .augment(o.augment())
+                            .pad_to(32)
+                            .normalization(normalization);
+  run.train_loader = std::make_unique<data::Loader>(run.data.train, loader_options);
+  run.test_loader = std::make_unique<data::Loader>(
+      run.data.test,
+      loader_options.batch_size(o.eval_batch_size()).shuffle(false).drop_last(false).augment(false));
+
+  const auto shape = run.train_loader->output_shape();
+  models::InputShape input;
+  input.channels = shape[0];
+  input.height = shape[1];
+  input.width = shape[2];
+  input.num_classes = run.data.train.num_classes;
+  torch::manual_seed(o.seed());
+  run.model = models::make_model(o.model(), input);
+  run.plan = partition::make_plan(run.model, partition::parse_ppv(o.pipeline()));
+  const int K = run.plan.num_partitions();
+
+  run.steps_per_epoch = run.train_loader->batches_per_epoch();
+  run.total_steps = o.epochs() * run.steps_per_epoch;
+  if (o.max_steps() > 0) run.total_steps = std::min(run.total_steps, o.max_steps());
+  run.epochs = (run.total_steps + run.steps_per_epoch - 1) / run.steps_per_epoch;
+  run.kind = o.schedule() == "sequential" ? schedule::ScheduleKind::kSequential
+                                          : schedule::ScheduleKind::kStale;
+  run.switch_step = parse_switch_step(o.hybrid_switch(), run.steps_per_epoch);
+  SP_CHECK_ARG(run.switch_step <= run.total_steps, "--hybrid-switch ", o.hybrid_switch(),
+               ": training ends after ", run.total_steps, " steps (", run.epochs,
+               " epochs); the switch must come no later");
+
+  LrScheduleOptions lr;
+  lr.kind = o.lr_schedule();
+  lr.base_lr = o.lr();
+  lr.warmup_epochs = o.warmup_epochs();
+  lr.milestones = o.lr_milestones();
+  lr.gamma = o.lr_gamma();
+  lr.steps_per_epoch = run.steps_per_epoch;
+  lr.total_steps = run.total_steps;
+  run.lr = std::make_unique<LrSchedule>(lr);
+
+  const auto devices = parse_devices(o.devices(), K);
+  run.threads = o.threads() > 0 ? o.threads()
+                                : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  const int per_worker = o.threads_per_worker() > 0 ? o.threads_per_worker()
+                                                    : std::max(1, run.threads / K);
+  run.threads_per_worker.assign(K, per_worker);
+
+  auto sgd = optim::SgdOptions().momentum(o.momentum()).weight_decay(o.weight_decay()).nesterov(o.nesterov());
+  run.pipeline = std::make_unique<exec::Pipeline>(run.model, run.plan, devices, sgd);
+  for (const auto& [begin, end] : run.plan.unit_ranges) {
+    run.report.units.push_back(describe_units(run.model, begin, end));
+  }
+  run.executor = exec::make_executor(o.executor());
+
+  // Staleness and memory as the schedule implies them, from a segment long enough to reach
+  // the steady state.
+  const auto probe = schedule::make_schedule(run.kind, K, 0, 4 * K + 4);
+  const auto stats = schedule::analyze(probe);
+  for (const auto& w : stats.workers) {
+    run.report.staleness.push_back(w.staleness);
+    run.report.max_in_flight.push_back(w.max_in_flight);
+  }
+  run.report.parameters = run.plan.parameters;
+  run.report.stale_weight_percent = partition::stale_weight_percent(run.plan, run.report.staleness);
+}
+
+std::pair<double, double> evaluate(Run& run) {
+  at::set_num_threads(run.threads);
+  torch::NoGradGuard no_grad;
+  double loss_sum = 0;
+  int64_t correct = 0, samples = 0;
+  const auto order = run.test_loader->epoch_order(0);
+  for (int64_t b = 0; b < run.test_loader->batches_per_epoch(); ++b) {
+    const data::Batch batch = run.test_loader->batch(0, b, order);
+    const torch::Tensor x = run.pipeline->predict(batch.x);
+    const torch::Tensor y = batch.y.to(x.device());
+    loss_sum += torch::nn::functional::cross_entropy(
+                    x, y, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
+                    .item<double>();
+    correct += x.argmax(1).eq(y).sum().item<int64_t>();
+    samples += y.size(0);
+  }
+  return {loss_sum / static_cast<double>(samples),
+          static_cast<double>(correct) / static_cast<double>(samples)};
+}
+
+void log_line(const TrainHooks& hooks, Progress& progress, const std::string& line) {
+  progress.clear();
+  if (hooks.log) {
+    hooks.log(line);
+  } else {
+    std::fprintf(stderr, "%s\n", line.c_str());
+  }
+}
+
+nlohmann::json metrics_json(const EpochMetrics& m) {
+  return {{"epoch", m.epoch},          {"step", m.step},
+          {"lr", m.lr},                {"train_loss", m.train_loss},
+          {"train_accuracy", m.train_accuracy}, {"test_loss", m.test_loss},
+          {"test_accuracy", m.test_accuracy},   {"images_per_second", m.images_per_second},
+          {"wall_seconds", m.wall_seconds}};
+}
+
+// Keeps the first `epochs` lines of metrics.jsonl (a resumed run rewrites the rest).
+std::vector<EpochMetrics> reload_metrics(const std::string& path, int64_t epochs) {
+  std::vector<EpochMetrics> kept;
+  std::string text;
+  if (fs::exists(path)) {
+    std::ifstream in(path);
+    std::string line;
+    while (static_cast<int64_t>(kept.size()) < epochs && std::getline(in, line)) {
+      const auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+      SP_CHECK(!j.is_discarded(), path, ": line ", kept.size() + 1, " is not JSON");
+      EpochMetrics m;
+      m.epoch = j.value("epoch", int64_t{0});
+      m.step = j.value("step", int64_t{0});
+      m.lr = j.value("lr", 0.0);
+      m.train_loss = j.value("train_loss", 0.0);
+      m.train_accuracy = j.value("train_accuracy", 0.0);
+      m.test_loss = j.value("test_loss", 0.0);
+      m.test_accuracy = j.value("test_accuracy", 0.0);
+      m.images_per_second = j.value("images_per_second", 0.0);
+      m.wall_seconds = j.value("wall_seconds", 0.0);
+      kept.push_back(m);
+      text += line + "\n";
+    }
+  }
+  SP_CHECK(static_cast<int64_t>(kept.size()) == epochs, path, ": has ", kept.size(),
+           " epoch lines but the checkpoint is after epoch ", epochs);
+  write_file_atomic(path, text);
+  return kept;
+}
+
+TrainResult run_training(Run& run, const CheckpointInfo* from, const TrainHooks& hooks) {
+  const TrainOptions& o = run.options;
+  const std::string out = o.out();
+  const int K = run.plan.num_partitions();
+  const std::string hash = config_hash(o);
+  TrainResult result;
+  result.partitions = run.report;
+  Progress progress(o.progress(), run.total_steps);
+
+  if (!out.empty()) {
+    fs::create_directories(out);
+    if (!from) write_file_atomic((fs::path(out) / "config.json").string(), to_json(o).dump(2) + "\n");
+  }
+  const std::string metrics_path = out.empty() ? "" : (fs::path(out) / "metrics.jsonl").string();
+
+  int64_t step = 0, first_epoch = 0;
+  double wall_before = 0;
+  if (from) {
+    step = from->step;
+    first_epoch = from->epochs_done;
+    wall_before = from->wall_seconds;
+    result.epochs = reload_metrics(metrics_path, from->epochs_done);
+  } else if (!metrics_path.empty()) {
+    write_file_atomic(metrics_path, "");
+  }
+
+  {
+    std::ostringstream head;
+    head << "model " << o.model() << " (" << run.model.num_parameters() << " parameters), data "
+         << o.data() << " (" << run.data.train.size() << " train / " << run.data.test.size()
+         << " test), " << run.steps_per_epoch << " steps/epoch, executor " << run.executor->name();
+    log_line(hooks, progress, head.str());
+    for (int k = 0; k < K; ++k) {
+      log_line(hooks, progress,
+               c10::str("  partition ", k + 1, ": units ", run.report.units[k], ", ",
+                        run.report.parameters[k], " parameters, staleness d=",
+                        run.report.staleness[k], ", activations in flight ",
+                        run.report.max_in_flight[k], ", ", run.threads_per_worker[k],
+                        " thread(s), ", run.pipeline->stage(k).device().str()));
+    }
+    log_line(hooks, progress,
+             c10::str("  pipeline ", partition::format_ppv(run.plan.ppv), ": ", K,
+                      " partitions, schedule ", o.schedule(), ", stale weights ",
+                      run.report.stale_weight_percent, "%",
+                      run.switch_step >= 0 ? c10::str(", switch to sequential at step ", run.switch_step) : ""));
+    if (from) log_line(hooks, progress, c10::str("resuming at step ", step, " (epoch ", first_epoch + 1, ")"));
+  }
+
+  double wall = wall_before;
+  double session_samples = 0, session_seconds = 0;  // this process only, for images/s
+  auto save = [&](int64_t at_step, int64_t epochs_done) {
+    if (out.empty()) return;
+    CheckpointInfo info;
+    info.step = at_step;
+    info.epochs_done = epochs_done;
+    info.ppv = partition::format_ppv(run.plan.ppv);
+    info.config_hash = hash;
+    info.wall_seconds = wall;
+    save_checkpoint(out, run.pipeline->stages(), info);
+  };
+
+  for (int64_t epoch = first_epoch; epoch < run.epochs; ++epoch) {
+    const int64_t epoch_begin = epoch * run.steps_per_epoch;
+    const int64_t epoch_end = std::min(epoch_begin + run.steps_per_epoch, run.total_steps);
+    // A resumed mid-epoch run only logs the steps after the checkpoint for that epoch; the
+    // checkpoint cadence (epoch ends by default) makes that the exception.
+    double loss_sum = 0;
+    int64_t correct = 0, samples = 0;
+    double epoch_seconds = 0;
+    double last_lr = run.lr->at(std::max(step, epoch_begin));
+    while (step < epoch_end) {
+      int64_t segment_end = epoch_end;
+      if (run.switch_step > step) segment_end = std::min(segment_end, run.switch_step);
+      if (o.checkpoint_every() > 0) {
+        segment_end = std::min(segment_end, (step / o.checkpoint_every() + 1) * o.checkpoint_every());
+      }
+      const bool sequential = run.kind == schedule::ScheduleKind::kSequential ||
+                              (run.switch_step >= 0 && step >= run.switch_step);
+      const auto schedule = schedule::make_schedule(
+          sequential ? schedule::ScheduleKind::kSequential : schedule::ScheduleKind::kStale, K,
+          step, segment_end);
+
+      data::Prefetcher prefetch(*run.train_loader, epoch, step - epoch_begin,
+                                segment_end - epoch_begin);
+      exec::SegmentContext context;
+      context.input = [&](int64_t t) {
+        auto batch = prefetch.next();
+        SP_CHECK(batch && batch->index == t - epoch_begin, "data loader out of step at mini-batch ", t);
+        return exec::Input{batch->x, batch->y};
+      };
+      context.lr = [&](int64_t t) { return run.lr->at(t); };
+      const auto segment_start = Clock::now();
+      context.on_step = [&](int64_t t, const exec::StepLoss& s) {
+        loss_sum += s.loss * static_cast<double>(s.samples);
+        session_samples += static_cast<double>(s.samples);
+        correct += s.correct;
+        samples += s.samples;
+        const double elapsed = epoch_seconds + seconds_since(segment_start);
+        progress.step(epoch + 1, t, s.loss, elapsed > 0 ? samples / elapsed : 0);
+      };
+      context.stop = hooks.stop;
+      context.threads_per_worker = run.threads_per_worker;
+
+      const auto segment = run.executor->run(schedule, run.pipeline->stages(), context);
+      const double seconds = seconds_since(segment_start);
+      epoch_seconds += seconds;
+      wall += seconds;
+      session_seconds += seconds;
+      last_lr = run.lr->at(std::max<int64_t>(step, segment.end_step - 1));
+      step = segment.end_step;
+      if (segment.stopped) {
+        save(step, epoch);
+        log_line(hooks, progress,
+                 c10::str("stopped at step ", step, "; pipeline drained",
+                          out.empty() ? "" : c10::str(", checkpoint saved; continue with --resume ", out)));
+        result.interrupted = true;
+        result.steps = step;
+        return result;
+      }
+      if (o.checkpoint_every() > 0 && step % o.checkpoint_every() == 0 && step < epoch_end) {
+        save(step, epoch);
+      }
+    }
+
+    EpochMetrics m;
+    m.epoch = epoch + 1;
+    m.step = step;
+    m.lr = last_lr;
+    m.train_loss = samples ? loss_sum / static_cast<double>(samples) : 0;
+    m.train_accuracy = samples ? static_cast<double>(correct) / static_cast<double>(samples) : 0;
+    std::tie(m.test_loss, m.test_accuracy) = evaluate(run);
+    m.images_per_second = epoch_seconds > 0 ? static_cast<double>(samples) / epoch_seconds : 0;
+    m.wall_seconds = wall;
+    SP_CHECK(std::isfinite(m.train_loss), "epoch ", m.epoch, ": training loss is not finite (",
+             m.train_loss, "); the run diverged - try a smaller --lr or --warmup-epochs");
+    result.epochs.push_back(m);
+    if (!metrics_path.empty()) {
+      std::ofstream(metrics_path, std::ios::app) << metrics_json(m).dump() << "\n";
+    }
+    log_line(hooks, progress,
+             c10::str("epoch ", m.epoch, "/", run.epochs, "  step ", m.step, "  lr ", m.lr,
+                      "  train loss ", m.train_loss, " acc ", m.train_accuracy, "  test loss ",
+                      m.test_loss, " acc ", m.test_accuracy, "  ",
+                      static_cast<int64_t>(m.images_per_second), " img/s"));
+    save(step, epoch + 1);
+  }
+
+  result.steps = step;
+  if (!result.epochs.empty()) {
+    const auto& last = result.epochs.back();
+    result.test_accuracy = last.test_accuracy;
+    result.test_loss = last.test_loss;
+    result.train_loss = last.train_loss;
+  }
+  result.wall_seconds = wall;
+  result.images_per_second = session_seconds > 0 ? session_samples / session_seconds : 0;
+  result.parameters = run.pipeline->parameters();
+
+  if (!out.empty()) {
+    nlohmann::json summary = {
+        {"model", o.model()},
+        {"dataset", o.data()},
+        {"epochs", run.epochs},
+        {"steps", result.steps},
+        {"seed", o.seed()},
+        {"test_accuracy", result.test_accuracy},
+        {"test_loss", result.test_loss},
+        {"train_loss", result.train_loss},
+        {"images_per_second", result.images_per_second},
+        {"wall_seconds", result.wall_seconds},
+        {"peak_rss_mb", peak_rss_mb()},
+        {"ppv", partition::format_ppv(run.plan.ppv)},
+        {"partitions", K},
+        {"schedule", o.schedule()},
+        {"hybrid_switch_step", run.switch_step},
+        {"executor", run.executor->name()},
+        {"threads_per_worker", run.threads_per_worker},
+        {"staleness", run.report.staleness},
+        {"activations_in_flight", run.report.max_in_flight},
+        {"partition_parameters", run.report.parameters},
+        {"stale_weight_percent", run.report.stale_weight_percent},
+        {"config_hash", hash}};
+    write_file_atomic((fs::path(out) / "summary.json").string(), summary.dump(2) + "\n");
+  }
+  log_line(hooks, progress,
+           c10::str("done: test accuracy ", result.test_accuracy, ", ", static_cast<int64_t>(result.images_per_second),
+                    " img/s, ", result.wall_seconds, " s training", out.empty() ? "" : ", results in " + out));
+  return result;
+}
+
+}  // namespace
+
+TrainResult train(const TrainOptions& options, const TrainHooks& hooks) {
+  SP_CHECK_ARG(options.out().empty() || !has_checkpoint(options.out()), "--out ", options.out(),
+               ": already holds a run with a checkpoint; continue it with --resume ",
+               options.out(), " or choose another directory");
+  Run run;
+  run.options = options;
+  build(run);
+  return run_training(run, nullptr, hooks);
+}
+
+TrainResult resume(const std::string& run_dir, const TrainHooks& hooks) {
+  const std::string config_path = (fs::path(run_dir) / "config.json").string();
+  SP_CHECK(fs::exists(config_path), "--resume ", run_dir, ": no config.json there; not a stalepipe run directory");
+  nlohmann::json json;
+  try {
+    json = nlohmann::json::parse(read_file(config_path));
+  } catch (const nlohmann::json::exception& e) {
+    throw RuntimeError(config_path + ": corrupt: " + e.what());
+  }
+  Run run;
+  run.options = options_from_json(json, config_path);
+  run.options.out(run_dir);
+  build(run);
+  const CheckpointInfo info = load_checkpoint(run_dir, run.pipeline->stages());
+  SP_CHECK(info.config_hash == config_hash(run.options), "--resume ", run_dir,
+           ": the checkpoint was written with different settings than config.json");
+  return run_training(run, &info, hooks);
+}
+
+std::pair<double, double> evaluate_run(const std::string& run_dir, int threads) {
+  const std::string config_path = (fs::path(run_dir) / "config.json").string();
+  SP_CHECK(fs::exists(config_path), run_dir, ": no config.json there; not a stalepipe run directory");
+  Run run;
+  run.options = options_from_json(nlohmann::json::parse(read_file(config_path)), config_path);
+  if (threads > 0) run.options.threads(threads);
+  build(run);
+  load_checkpoint(run_dir, run.pipeline->stages());
+  return evaluate(run);
+}
+
+}  // namespace stalepipe::train

@@ -1,0 +1,41 @@
+// Small end-to-end runs for tests: a zoo model on synthetic data, through a pipeline with a
+// given executor, or through the plain non-pipelined reference loop.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <torch/types.h>
+
+#include "stalepipe/data/loader.h"
+#include "stalepipe/schedule/schedule.h"
+
+namespace stalepipe::testing {
+
+struct RunSpec {
+  std::string model = "lenet5";
+  std::vector<int> ppv;
+  schedule::ScheduleKind kind = schedule::ScheduleKind::kStale;
+  std::string executor = "emulated";
+  int64_t steps = 20;
+  int64_t batch_size = 8;
+  int64_t train_size = 96;  // synthetic samples; several epochs if smaller than steps*batch
+  double lr = 0.05;
+  uint64_t seed = 7;
+};
+
+// A loader over seeded synthetic 28x28 data, padded to 32x32 and normalised.
+data::Loader synthetic_loader(int64_t train_size, int64_t batch_size, uint64_t seed);
+
+// Trains spec.steps mini-batches as one segment of the schedule; returns all parameters.
+std::vector<torch::Tensor> run_pipeline(const RunSpec& spec);
+
+// Non-pipelined reference: the whole model as one Sequential, torch::optim::SGD, the same
+// batches and learning rate. Independent of stalepipe's schedule, executors and optimizer.
+std::vector<torch::Tensor> run_reference(const RunSpec& spec);
+
+// Bitwise equality of two parameter lists (with a message naming the first difference).
+::testing::AssertionResult all_equal(const std::vector<torch::Tensor>& a,
+                                     const std::vector<torch::Tensor>& b);
+
+}  // namespace stalepipe::testing

@@ -1,0 +1,83 @@
+#include <gtest/gtest.h>
+#include <torch/nn/modules/conv.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/optim/sgd.h>
+
+#include "stalepipe/optim/sgd.h"
+
+namespace stalepipe::optim {
+namespace {
+
+// Our Sgd must be PyTorch's SGD, bit for bit.
+void expect_matches_torch(double momentum, double weight_decay, bool nesterov, double dampening) {
+  torch::manual_seed(3);
+  torch::nn::Linear ours(5, 3), theirs(5, 3);
+  {
+    torch::NoGradGuard g;
+    for (size_t i = 0; i < ours->parameters().size(); ++i) theirs->parameters()[i].copy_(ours->parameters()[i]);
+  }
+  Sgd sgd(ours->parameters(), SgdOptions().momentum(momentum).weight_decay(weight_decay).nesterov(nesterov).dampening(dampening));
+  torch::optim::SGD reference(theirs->parameters(), torch::optim::SGDOptions(0.1)
+                                                        .momentum(momentum)
+                                                        .weight_decay(weight_decay)
+                                                        .nesterov(nesterov)
+                                                        .dampening(dampening));
+  for (int step = 0; step < 6; ++step) {
+    const auto x = torch::randn({4, 5});
+    ours->forward(x).pow(2).sum().backward();
+    theirs->forward(x).pow(2).sum().backward();
+    sgd.step(0.1);
+    sgd.zero_grad();
+    reference.step();
+    reference.zero_grad();
+    for (size_t i = 0; i < ours->parameters().size(); ++i) {
+      ASSERT_TRUE(torch::equal(ours->parameters()[i], theirs->parameters()[i])) << "step " << step;
+    }
+  }
+}
+
+TEST(Sgd, MatchesTorchOptimSgd) {
+  expect_matches_torch(0.0, 0.0, false, 0.0);
+  expect_matches_torch(0.9, 5e-4, false, 0.0);
+  expect_matches_torch(0.9, 1e-4, true, 0.0);
+  expect_matches_torch(0.5, 0.0, false, 0.1);
+}
+
+// The property the stale pipeline relies on: an update between a forward and its backward
+// does not make the backward throw, and the backward then sees the updated weights.
+TEST(Sgd, UpdateBetweenForwardAndBackwardIsVisibleToBackward) {
+  torch::manual_seed(0);
+  torch::nn::Conv2d conv(torch::nn::Conv2dOptions(2, 3, 3).bias(false));
+  Sgd sgd(conv->parameters(), SgdOptions().momentum(0).weight_decay(0));
+  const auto x = torch::randn({1, 2, 5, 5}, torch::requires_grad());
+  const auto y = conv->forward(x);  // graph saves a reference to the weight
+  const auto g = torch::randn_like(y);
+  conv->weight.mutable_grad() = torch::ones_like(conv->weight);
+  sgd.step(0.5);  // weight -= 0.5
+  sgd.zero_grad();
+  ASSERT_NO_THROW(y.backward(g));
+  // dL/dx computed with the current (updated) weight.
+  const auto expected = torch::autograd::grad({conv->forward(x)}, {x}, {g})[0];
+  EXPECT_TRUE(torch::allclose(x.grad(), expected));
+}
+
+TEST(Sgd, SaveLoadRoundTrip) {
+  torch::nn::Linear a(3, 2);
+  Sgd sgd(a->parameters(), SgdOptions());
+  a->forward(torch::ones({1, 3})).sum().backward();
+  sgd.step(0.1);
+  torch::serialize::OutputArchive out;
+  sgd.save(out);
+  std::stringstream bytes;
+  out.save_to(bytes);
+  Sgd other(a->parameters(), SgdOptions());
+  torch::serialize::InputArchive in;
+  in.load_from(bytes);
+  other.load(in);
+  for (size_t i = 0; i < sgd.momentum_buffers().size(); ++i) {
+    EXPECT_TRUE(torch::equal(sgd.momentum_buffers()[i], other.momentum_buffers()[i]));
+  }
+}
+
+}  // namespace
+}  // namespace stalepipe::optim
