@@ -1,0 +1,130 @@
+// The building blocks the zoo's units are made of. Each block is one unit's module.
+//
+// Every block:
+//  - has forward: Tensor(Tensor) and never modifies its input in place (activations run in
+//    place only on the block's own intermediate tensors);
+//  - uses no randomness in forward (no dropout), so results do not depend on the thread;
+//  - is Cloneable and serialisable (torch::save/load) like any LibTorch module;
+//  - counts its own forward FLOPs (FlopCounted) so that the layer table can report them without
+//    any instrumentation of the training path.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include <torch/arg.h>
+#include <torch/nn/cloneable.h>
+#include <torch/nn/modules/batchnorm.h>
+#include <torch/nn/modules/conv.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/modules/pooling.h>
+#include <torch/nn/pimpl.h>
+
+namespace stalepipe::models {
+
+// A module that can count the FLOPs of its own forward pass.
+// FLOP convention for the whole zoo: one multiply-add = 2 FLOPs; only conv and linear layers
+// are counted (bias adds, batch norm, ReLU, pooling and residual adds are left out: they are
+// well under 1% for every zoo network and are memory-bound anyway).
+class FlopCounted {
+ public:
+  virtual ~FlopCounted() = default;
+  // FLOPs of one sample's forward pass for an input of shape `input_shape` (no batch dim,
+  // e.g. {3, 32, 32}). Throws UsageError if the shape does not fit the block.
+  virtual double forward_flops(const std::vector<int64_t>& input_shape) const = 0;
+};
+
+// Output size of a convolution or pooling along one spatial dimension (dilation 1).
+int64_t conv_output_size(int64_t input, int64_t kernel, int64_t stride, int64_t padding);
+
+// FLOPs of one sample through a Conv2d / Linear for the given input shape (no batch dim).
+double conv2d_flops(const torch::nn::Conv2dImpl& conv, const std::vector<int64_t>& input_shape);
+double linear_flops(const torch::nn::LinearImpl& linear);
+
+// ---------------------------------------------------------------------------------------------
+// ConvBlock: conv (no dilation, no groups) -> [BatchNorm2d] -> ReLU -> [MaxPool2d].
+// Input [N, in_channels, H, W]; output [N, out_channels, H', W'].
+// With batch_norm the conv has no bias (the BN shift makes it redundant).
+struct ConvBlockOptions {
+  ConvBlockOptions(int64_t in_channels, int64_t out_channels, int64_t kernel_size)
+      : in_channels_(in_channels), out_channels_(out_channels), kernel_size_(kernel_size) {}
+  TORCH_ARG(int64_t, in_channels);
+  TORCH_ARG(int64_t, out_channels);
+  TORCH_ARG(int64_t, kernel_size);
+  TORCH_ARG(int64_t, stride) = 1;
+  TORCH_ARG(int64_t, padding) = 0;
+  TORCH_ARG(bool, batch_norm) = false;
+  // Kernel (= stride) of a max pool after the ReLU; 0 = no pooling.
+  TORCH_ARG(int64_t, max_pool) = 0;
+};
+
+class ConvBlockImpl : public torch::nn::Cloneable<ConvBlockImpl>, public FlopCounted {
+ public:
+  explicit ConvBlockImpl(ConvBlockOptions options);
+  void reset() override;
+  torch::Tensor forward(torch::Tensor input);
+  double forward_flops(const std::vector<int64_t>& input_shape) const override;
+
+  ConvBlockOptions options;
+  torch::nn::Conv2d conv{nullptr};
+  torch::nn::BatchNorm2d bn{nullptr};   // null without batch_norm
+  torch::nn::MaxPool2d pool{nullptr};   // null without max_pool
+};
+TORCH_MODULE(ConvBlock);
+
+// ---------------------------------------------------------------------------------------------
+// LinearBlock: [global average pool | flatten] -> linear -> [ReLU].
+// Input [N, in_features] or, with flatten, [N, ...] whose trailing dims multiply to
+// in_features, or, with global_avg_pool, [N, in_features, H, W]. Output [N, out_features].
+struct LinearBlockOptions {
+  LinearBlockOptions(int64_t in_features, int64_t out_features)
+      : in_features_(in_features), out_features_(out_features) {}
+  TORCH_ARG(int64_t, in_features);
+  TORCH_ARG(int64_t, out_features);
+  TORCH_ARG(bool, flatten) = false;
+  TORCH_ARG(bool, global_avg_pool) = false;
+  TORCH_ARG(bool, relu) = true;
+};
+
+class LinearBlockImpl : public torch::nn::Cloneable<LinearBlockImpl>, public FlopCounted {
+ public:
+  explicit LinearBlockImpl(LinearBlockOptions options);
+  void reset() override;
+  torch::Tensor forward(torch::Tensor input);
+  double forward_flops(const std::vector<int64_t>& input_shape) const override;
+
+  LinearBlockOptions options;
+  torch::nn::Linear linear{nullptr};
+};
+TORCH_MODULE(LinearBlock);
+
+// ---------------------------------------------------------------------------------------------
+// BasicBlock of the CIFAR ResNets (He et al. 2016, sec. 4.2):
+//   out = relu(bn2(conv2(relu(bn1(conv1(x))))) + shortcut(x))
+// conv1 is 3x3 with `stride`, conv2 3x3 stride 1, both without bias. The shortcut is option A,
+// parameter-free: identity when shapes agree, otherwise x subsampled by `stride` and padded
+// with zero channels ((planes - in_planes) / 2 in front, the rest behind), as in the common
+// CIFAR implementations. Two weight layers (conv1, conv2) and no projection conv.
+// Input [N, in_planes, H, W]; output [N, planes, ceil(H/stride), ceil(W/stride)].
+// Requires planes >= in_planes.
+class BasicBlockImpl : public torch::nn::Cloneable<BasicBlockImpl>, public FlopCounted {
+ public:
+  BasicBlockImpl(int64_t in_planes, int64_t planes, int64_t stride);
+  void reset() override;
+  torch::Tensor forward(torch::Tensor input);
+  double forward_flops(const std::vector<int64_t>& input_shape) const override;
+
+  int64_t in_planes;
+  int64_t planes;
+  int64_t stride;
+  torch::nn::Conv2d conv1{nullptr};
+  torch::nn::BatchNorm2d bn1{nullptr};
+  torch::nn::Conv2d conv2{nullptr};
+  torch::nn::BatchNorm2d bn2{nullptr};
+
+ private:
+  torch::Tensor shortcut(const torch::Tensor& input) const;
+};
+TORCH_MODULE(BasicBlock);
+
+}  // namespace stalepipe::models

@@ -1,0 +1,37 @@
+// One unit of a model: the smallest piece a pipeline partition is made of.
+//
+// A model is a flat, ordered list of units (model.h). A partition is a contiguous range of
+// units, built by the engine as a torch::nn::Sequential with push_back(unit.name, unit.module),
+// so a unit must satisfy everything Sequential, torch::save/load, to(device) and train()/eval()
+// require of a child module.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <torch/nn/modules/container/any.h>
+
+namespace stalepipe::models {
+
+struct Unit {
+  // A valid torch module name, unique within the model: non-empty, no '.'.
+  // Examples: "conv1", "block1_2", "fc".
+  std::string name;
+
+  // forward: Tensor(Tensor), input [N, ...] -> output [N, ...].
+  // Contract: never modifies its input in place (the input may be a leaf that requires grad,
+  // e.g. the detached activation a pipeline register hands over), and never draws from the
+  // global RNG in forward (the same mini-batch must give the same result on any thread).
+  // Copying a Unit shares the module (AnyModule copies are shallow).
+  torch::nn::AnyModule module;
+
+  // 1-based indices of the weight layers (conv, linear) inside, in forward order; consecutive.
+  // Empty for a unit without weights (e.g. a lone pooling unit).
+  std::vector<int> weight_layers;
+
+  // Whether a pipeline register may follow this unit. False inside structures that must not
+  // be split (none in the zoo: a ResNet block is already one unit).
+  bool cut_after = true;
+};
+
+}  // namespace stalepipe::models

@@ -1,0 +1,56 @@
+// The model zoo: the networks of the paper, built by name.
+//
+// All networks are CIFAR-style (32x32 input; the data loader zero-pads 28x28 data to 32x32) and
+// take their input channels and class count from InputShape. Unit granularity fixes the PPV
+// numbering (model.h): one unit per weight layer, holding what follows it up to the next weight
+// layer (ReLU, BN, max pool), except that a flatten or global average pool belongs to the unit
+// of the linear layer that consumes it, and a ResNet block is one unit.
+//
+//  lenet5   conv 6@5x5 - relu - maxpool2 | conv 16@5x5 - relu - maxpool2 |
+//           flatten - fc 120 - relu | fc 84 - relu | fc classes.           5 weight layers.
+//           61,706 parameters for 1x32x32 input and 10 classes.
+//  alexnet  The usual CIFAR adaptation (5 conv + 3 fc, ReLU, 3 max pools, no dropout):
+//           conv1 64@5x5 stride 2 pad 2 - relu - maxpool2      32x32 -> 16x16 -> 8x8
+//           conv2 192@3x3 pad 1 - relu - maxpool2               8x8 -> 4x4
+//           conv3 384@3x3 pad 1 - relu
+//           conv4 256@3x3 pad 1 - relu
+//           conv5 256@3x3 pad 1 - relu - maxpool2               4x4 -> 2x2
+//           flatten (1024) - fc 4096 - relu | fc 4096 - relu | fc classes.
+//           8 weight layers; 23,275,338 parameters for 3x32x32 (88.8 MiB of fp32 weights, the
+//           paper's table 9 gives 88.87 MB).
+//  vgg16    13 conv 3x3 pad 1 without bias, each + BatchNorm2d + ReLU; channels
+//           64 64 M 128 128 M 256 256 256 M 512 512 512 M 512 512 512 M (M = maxpool2, ending
+//           at 512x1x1) | flatten - fc 512 - relu | fc 512 - relu | fc classes. No dropout.
+//           16 weight layers; 15,249,354 parameters for 3x32x32 (58.17 MiB; table 9: 58.16).
+//  resnet<D> D = 6n+2, n >= 1 (20, 56, 110, 224, 362, ...): He et al. 2016 CIFAR ResNet:
+//           stem conv 16@3x3 + BN + ReLU | 3 stages of n BasicBlocks (16, 32, 64 channels,
+//           stride 2 at the first block of stages 2 and 3, option-A parameter-free shortcut)
+//           | global average pool - fc classes. Units "conv1", "block<stage>_<i>", "fc".
+//           D weight layers: stem = 1, block k (k = 1..3n) = 2k and 2k+1, fc = D. Registers
+//           may follow layers 1, 3, 5, ..., D-1 (between blocks); 2n+1 ends stage 1.
+//           Parameters for 3 channels: resnet20 269,722; resnet56 853,018; resnet110 1,727,962.
+//
+// Initialisation draws only from LibTorch's default generator, so torch::manual_seed(s) before
+// make_model gives the same parameters every time. LeNet-5 and AlexNet keep LibTorch's default
+// initialisation; VGG-16 and the ResNets use kaiming_normal_(fan_out, relu) for the convs (as
+// torchvision and the common CIFAR implementations) and weight 1 / bias 0 for batch norm;
+// their linear layers keep LibTorch's default.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "stalepipe/models/model.h"
+
+namespace stalepipe::models {
+
+// Builds a fresh model by name (case-sensitive): "lenet5", "alexnet", "vgg16", "resnet<D>".
+// Throws UsageError for an unknown name (listing the valid ones), a ResNet depth not of the
+// form 6n+2, or an input shape the network cannot take (non-positive sizes, or too small for
+// its pooling).
+Model make_model(const std::string& name, const InputShape& input);
+
+// The valid names for help text: {"lenet5", "alexnet", "vgg16", "resnet<6n+2>"}.
+std::vector<std::string> model_names();
+
+}  // namespace stalepipe::models

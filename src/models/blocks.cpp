@@ -1,0 +1,147 @@
+#include "stalepipe/models/blocks.h"
+
+#include <torch/nn/functional/padding.h>
+
+#include "stalepipe/common/error.h"
+
+namespace stalepipe::models {
+
+int64_t conv_output_size(int64_t input, int64_t kernel, int64_t stride, int64_t padding) {
+  return (input + 2 * padding - kernel) / stride + 1;
+}
+
+double conv2d_flops(const torch::nn::Conv2dImpl& conv, const std::vector<int64_t>& input_shape) {
+  const auto& opt = conv.options;
+  SP_CHECK_ARG(input_shape.size() == 3 && input_shape[0] == opt.in_channels(),
+               "conv2d: expected an input of shape [", opt.in_channels(), ", H, W], got ",
+               c10::IntArrayRef(input_shape));
+  const auto kernel = *opt.kernel_size();
+  const auto stride = *opt.stride();
+  const auto* padding = c10::get_if<torch::ExpandingArray<2>>(&opt.padding());
+  SP_CHECK_ARG(padding != nullptr, "conv2d: FLOP counting needs explicit padding");
+  const int64_t out_h = conv_output_size(input_shape[1], kernel[0], stride[0], (**padding)[0]);
+  const int64_t out_w = conv_output_size(input_shape[2], kernel[1], stride[1], (**padding)[1]);
+  const double macs_per_output =
+      static_cast<double>(opt.in_channels() / opt.groups() * kernel[0] * kernel[1]);
+  return 2.0 * macs_per_output * static_cast<double>(opt.out_channels() * out_h * out_w);
+}
+
+double linear_flops(const torch::nn::LinearImpl& linear) {
+  return 2.0 * static_cast<double>(linear.options.in_features() * linear.options.out_features());
+}
+
+// ---------------------------------------------------------------------------------------------
+ConvBlockImpl::ConvBlockImpl(ConvBlockOptions options_) : options(std::move(options_)) {
+  reset();
+}
+
+void ConvBlockImpl::reset() {
+  conv = register_module(
+      "conv", torch::nn::Conv2d(torch::nn::Conv2dOptions(options.in_channels(),
+                                                         options.out_channels(),
+                                                         options.kernel_size())
+                                    .stride(options.stride())
+                                    .padding(options.padding())
+                                    .bias(!options.batch_norm())));
+  if (options.batch_norm()) {
+    bn = register_module("bn", torch::nn::BatchNorm2d(options.out_channels()));
+  }
+  if (options.max_pool() > 0) {
+    pool = register_module("pool", torch::nn::MaxPool2d(options.max_pool()));
+  }
+}
+
+torch::Tensor ConvBlockImpl::forward(torch::Tensor input) {
+  torch::Tensor x = conv(input);
+  if (bn) {
+    x = bn(x);
+  }
+  x = x.relu_();  // x is our own intermediate, never the unit input
+  if (pool) {
+    x = pool(x);
+  }
+  return x;
+}
+
+double ConvBlockImpl::forward_flops(const std::vector<int64_t>& input_shape) const {
+  return conv2d_flops(*conv, input_shape);
+}
+
+// ---------------------------------------------------------------------------------------------
+LinearBlockImpl::LinearBlockImpl(LinearBlockOptions options_) : options(std::move(options_)) {
+  reset();
+}
+
+void LinearBlockImpl::reset() {
+  SP_CHECK_ARG(!(options.flatten() && options.global_avg_pool()),
+               "LinearBlock: choose flatten or global_avg_pool, not both");
+  linear = register_module(
+      "linear", torch::nn::Linear(options.in_features(), options.out_features()));
+}
+
+torch::Tensor LinearBlockImpl::forward(torch::Tensor input) {
+  torch::Tensor x = input;
+  if (options.global_avg_pool()) {
+    x = x.mean({2, 3});
+  } else if (options.flatten()) {
+    x = x.flatten(1);  // a view of the input: fine, nothing below writes to it
+  }
+  x = linear(x);
+  if (options.relu()) {
+    x = x.relu_();
+  }
+  return x;
+}
+
+double LinearBlockImpl::forward_flops(const std::vector<int64_t>& /*input_shape*/) const {
+  return linear_flops(*linear);
+}
+
+// ---------------------------------------------------------------------------------------------
+BasicBlockImpl::BasicBlockImpl(int64_t in_planes_, int64_t planes_, int64_t stride_)
+    : in_planes(in_planes_), planes(planes_), stride(stride_) {
+  reset();
+}
+
+void BasicBlockImpl::reset() {
+  SP_CHECK_ARG(planes >= in_planes && stride >= 1,
+               "BasicBlock: option-A shortcut needs planes >= in_planes and stride >= 1, got ",
+               in_planes, " -> ", planes, " stride ", stride);
+  auto conv3x3 = [](int64_t in, int64_t out, int64_t stride) {
+    return torch::nn::Conv2d(
+        torch::nn::Conv2dOptions(in, out, 3).stride(stride).padding(1).bias(false));
+  };
+  conv1 = register_module("conv1", conv3x3(in_planes, planes, stride));
+  bn1 = register_module("bn1", torch::nn::BatchNorm2d(planes));
+  conv2 = register_module("conv2", conv3x3(planes, planes, 1));
+  bn2 = register_module("bn2", torch::nn::BatchNorm2d(planes));
+}
+
+torch::Tensor BasicBlockImpl::shortcut(const torch::Tensor& input) const {
+  if (stride == 1 && planes == in_planes) {
+    return input;
+  }
+  using torch::indexing::None;
+  using torch::indexing::Slice;
+  // Subsample exactly as the stride-s 3x3 conv with padding 1 does: positions 0, s, 2s, ...
+  const torch::Tensor sub =
+      input.index({Slice(), Slice(), Slice(None, None, stride), Slice(None, None, stride)});
+  const int64_t front = (planes - in_planes) / 2;
+  return torch::constant_pad_nd(sub, {0, 0, 0, 0, front, planes - in_planes - front}, 0);
+}
+
+torch::Tensor BasicBlockImpl::forward(torch::Tensor input) {
+  torch::Tensor x = bn1(conv1(input)).relu_();
+  x = bn2(conv2(x));
+  // Out-of-place add: the shortcut may be the unit input itself.
+  return (x + shortcut(input)).relu_();
+}
+
+double BasicBlockImpl::forward_flops(const std::vector<int64_t>& input_shape) const {
+  const double first = conv2d_flops(*conv1, input_shape);
+  const std::vector<int64_t> mid = {planes, conv_output_size(input_shape[1], 3, stride, 1),
+                                    conv_output_size(input_shape[2], 3, stride, 1)};
+  return first + conv2d_flops(*conv2, mid);
+}
+
+}  // namespace stalepipe::models

@@ -1,0 +1,46 @@
+// Private helpers shared by the zoo's network builders.
+#pragma once
+
+#include <string>
+
+#include "stalepipe/common/error.h"
+#include "stalepipe/models/model.h"
+
+namespace stalepipe::models::detail {
+
+// Appends a unit holding the next `num_weight_layers` weight layers (numbered on from the
+// model's current last one).
+template <typename ModuleHolder>
+void append_unit(Model& model, std::string name, ModuleHolder module, int num_weight_layers) {
+  Unit unit;
+  unit.name = std::move(name);
+  unit.module = torch::nn::AnyModule(std::move(module));
+  const int first = model.num_weight_layers() + 1;
+  for (int i = 0; i < num_weight_layers; ++i) {
+    unit.weight_layers.push_back(first + i);
+  }
+  model.units.push_back(std::move(unit));
+}
+
+// Spatial size after a conv or pool; throws UsageError when the input is too small for it,
+// so a wrong InputShape fails at build time instead of deep inside a forward pass.
+inline int64_t shrink(const Model& model, int64_t size, int64_t kernel, int64_t stride,
+                      int64_t padding) {
+  SP_CHECK_ARG(size + 2 * padding >= kernel, "model ", model.name, ": input ",
+               model.input.height, "x", model.input.width,
+               " is too small (a feature map shrinks below the ", kernel, "x", kernel,
+               " kernel); the zoo's networks expect 32x32");
+  return (size + 2 * padding - kernel) / stride + 1;
+}
+
+// kaiming_normal_(fan_out, relu) for every Conv2d (bias, if any, zeroed); BatchNorm weight 1,
+// bias 0. Draws from the default generator only.
+void init_convs_kaiming(Model& model);
+
+Model make_lenet5(const InputShape& input);
+Model make_alexnet(const InputShape& input);
+Model make_vgg16(const InputShape& input);
+// Throws UsageError unless depth = 6n+2 with n >= 1.
+Model make_resnet_cifar(int64_t depth, const InputShape& input);
+
+}  // namespace stalepipe::models::detail
