@@ -1,0 +1,141 @@
+// The mini-batch pipeline: shuffling, augmentation, padding, normalisation, prefetching.
+//
+// Determinism: a batch is a pure function of (options, epoch, batch index). The epoch's order
+// comes from a generator seeded by (seed, epoch); each sample's augmentation from a generator
+// seeded by (seed, epoch, sample id). Nothing depends on thread timing, on which batches were
+// produced before, or on how samples are grouped into batches, so a run resumed at
+// (epoch, index) sees exactly the batches an uninterrupted run would have seen.
+//
+// Batch layout: x is float32 [B, C, H', W'] on the CPU, y is int64 [B]; B == batch_size except
+// for a partial last batch when drop_last is false. H', W' are H, W raised to pad_to.
+//
+// Pipeline per batch: gather the samples (uint8), augment (optional), zero-pad to pad_to
+// (optional; raw pixel 0, so the pad reads (0 - mean) / std after normalisation), then
+// x = (pixel / 255 - mean[c]) / std[c], or pixel / 255 without normalisation.
+//
+// Thread safety: every const member of Loader may be called from several threads at once.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <optional>
+#include <thread>
+#include <vector>
+
+#include <torch/arg.h>
+#include <torch/types.h>
+
+#include "stalepipe/common/channel.h"
+#include "stalepipe/data/dataset.h"
+#include "stalepipe/data/normalize.h"
+
+namespace stalepipe {
+namespace data {
+
+// Augmentation: pad this many zero pixels on each side, then crop back to H x W at a random
+// offset (0..2*kAugmentPad in each direction), then flip horizontally with probability 1/2.
+constexpr int64_t kAugmentPad = 4;
+
+struct LoaderOptions {
+  TORCH_ARG(int64_t, batch_size) = 128;  // >= 1
+  TORCH_ARG(bool, shuffle) = true;       // false: samples in stored order every epoch
+  TORCH_ARG(bool, drop_last) = false;    // true: drop a partial last batch
+  TORCH_ARG(uint64_t, seed) = 0;
+  // CIFAR-style augmentation: pad kAugmentPad, random H x W crop, random horizontal flip.
+  TORCH_ARG(bool, augment) = false;
+  // If > 0, a side smaller than pad_to is zero-padded, centred, to pad_to (28 -> 32 adds 2 on
+  // each side; an odd difference puts the extra pixel at the bottom/right). Sides already
+  // >= pad_to are left alone.
+  TORCH_ARG(int64_t, pad_to) = 0;
+  // Empty: x = pixel / 255. Otherwise one mean and one std (> 0) per channel.
+  TORCH_ARG(Normalization, normalization);
+};
+
+struct Batch {
+  int64_t epoch = 0;
+  int64_t index = 0;  // batch index within the epoch
+  torch::Tensor x;    // float32 [B, C, H', W']
+  torch::Tensor y;    // int64 [B]
+};
+
+class Loader {
+ public:
+  // Throws UsageError for batch_size < 1, an empty or malformed data set (images must be
+  // uint8 [N, C, H, W] on the CPU, labels int64 [N]), pad_to < 0, a normalisation whose size
+  // differs from the channel count or has a std <= 0, or drop_last with fewer samples than
+  // one batch (no batch at all).
+  Loader(Dataset data, LoaderOptions options);
+
+  // ceil(N / batch_size), or floor when drop_last; always >= 1.
+  int64_t batches_per_epoch() const;
+
+  // A permutation of 0..N-1 for `epoch` (>= 0, else UsageError); the identity if !shuffle.
+  // Fisher-Yates with std::mt19937_64 seeded from (seed, epoch) through splitmix64, with
+  // unbiased bounded integers, so it is the same on every platform.
+  std::vector<int64_t> epoch_order(int64_t epoch) const;
+
+  // Batch `index` (0 <= index < batches_per_epoch()) of `epoch`, taking samples
+  // order[index * batch_size ...]. `order` must be epoch_order(epoch) for the result to be the
+  // batch of that epoch; any permutation of 0..N-1 is accepted (UsageError otherwise: wrong
+  // size or an id out of range). Pass the order in to avoid recomputing it for every batch.
+  Batch batch(int64_t epoch, int64_t index, const std::vector<int64_t>& order) const;
+  // Convenience: computes epoch_order(epoch) first (O(N)).
+  Batch batch(int64_t epoch, int64_t index) const;
+
+  const Dataset& data() const { return data_; }
+  const LoaderOptions& options() const { return options_; }
+
+  // {C, H', W'}: the shape of one sample in x.
+  std::vector<int64_t> output_shape() const;
+
+ private:
+  // Augments `x` (uint8 [B, C, H, W], contiguous) in place, sample b using ids[b].
+  void augment_in_place(torch::Tensor& x, const int64_t* ids, int64_t epoch) const;
+
+  Dataset data_;
+  LoaderOptions options_;
+  int64_t out_height_;
+  int64_t out_width_;
+  torch::Tensor scale_;  // float32 [1, C, 1, 1]: 1 / (255 * std)
+  torch::Tensor shift_;  // float32 [1, C, 1, 1]: -mean / std
+};
+
+// Produces batches [begin, end) of one epoch, in order, on a background thread into a bounded
+// Channel of `depth` batches, so batch assembly overlaps with training.
+//
+// `loader` must outlive the Prefetcher. next() is meant for one consumer thread.
+class Prefetcher {
+ public:
+  // Throws UsageError unless 0 <= begin <= end <= loader.batches_per_epoch(), epoch >= 0 and
+  // depth >= 1.
+  Prefetcher(const Loader& loader, int64_t epoch, int64_t begin, int64_t end, size_t depth = 4);
+  // Closes the channel and joins the thread. Returns promptly (after at most the batch being
+  // assembled) even if the consumer stopped early.
+  ~Prefetcher();
+
+  Prefetcher(const Prefetcher&) = delete;
+  Prefetcher& operator=(const Prefetcher&) = delete;
+
+  // The next batch, or nullopt after the last one. If the producer thread threw, the batches
+  // made before it are returned first, then every call throws RuntimeError carrying the
+  // epoch, the batch index and the original message.
+  std::optional<Batch> next();
+
+ private:
+  void produce();
+
+  const Loader& loader_;
+  const int64_t epoch_;
+  const int64_t begin_;
+  const int64_t end_;
+  Channel<Batch> channel_;
+  // Written by the producer before it closes the channel; read by the consumer only after
+  // pop() returned nullopt, which the channel's mutex orders after the close.
+  std::exception_ptr error_;
+  int64_t failed_index_ = -1;
+  std::thread thread_;
+};
+
+}  // namespace data
+}  // namespace stalepipe

@@ -1,0 +1,31 @@
+// Data sets by name, as the CLI's --dataset flag spells them.
+//
+// Specs ("NAME" or "NAME:ARG"):
+//   fashion-mnist           /usr/share/datasets/fashion-mnist (Debian's dataset-fashion-mnist)
+//   fashion-mnist:DIR       IDX files in DIR (raw or .gz)
+//   mnist:DIR, kmnist:DIR   IDX files in DIR (raw or .gz)
+//   cifar10:DIR             CIFAR-10 binary batches in DIR or DIR/cifar-10-batches-bin
+//   synthetic               make_synthetic() with default options (2048 train, 512 test, 1x28x28)
+//   synthetic:N             N train samples and max(1, N/4) test samples
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "stalepipe/data/dataset.h"
+
+namespace stalepipe {
+namespace data {
+
+constexpr const char* kFashionMnistDefaultDir = "/usr/share/datasets/fashion-mnist";
+
+// Loads the data set named by `spec`. Throws UsageError for an unknown name (listing the valid
+// ones), a missing DIR where one is required, or a bad N; RuntimeError when DIR does not exist
+// or its files are missing or corrupt.
+DataSplit load_dataset(const std::string& spec);
+
+// The valid names, in the order the help text lists them.
+std::vector<std::string> dataset_names();
+
+}  // namespace data
+}  // namespace stalepipe

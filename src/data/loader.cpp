@@ -1,0 +1,172 @@
+#include "stalepipe/data/loader.h"
+
+#include <algorithm>
+#include <cstring>
+#include <numeric>
+#include <random>
+
+#include "data/random_impl.h"
+#include "stalepipe/common/error.h"
+
+namespace stalepipe {
+namespace data {
+
+Loader::Loader(Dataset data, LoaderOptions options)
+    : data_(std::move(data)), options_(std::move(options)) {
+  const int64_t batch_size = options_.batch_size();
+  SP_CHECK_ARG(batch_size >= 1, "batch size must be >= 1, got ", batch_size);
+  const torch::Tensor& images = data_.images;
+  const torch::Tensor& labels = data_.labels;
+  SP_CHECK_ARG(images.defined() && images.dim() == 4 && images.scalar_type() == torch::kUInt8 &&
+      images.device().is_cpu(), "data set '", data_.name, "': expected uint8 CPU images of shape "
+      "[N, C, H, W], found ", images.defined() ? c10::str(images.scalar_type(), " ",
+      images.sizes(), " on ", images.device()) : std::string("no images"));
+  SP_CHECK_ARG(data_.size() >= 1, "data set '", data_.name, "' is empty; the loader needs at "
+      "least one sample");
+  SP_CHECK_ARG(labels.defined() && labels.dim() == 1 && labels.scalar_type() == torch::kInt64 &&
+      labels.size(0) == data_.size(), "data set '", data_.name, "': expected int64 labels of shape [",
+      data_.size(), "], found ", labels.defined() ? c10::str(labels.scalar_type(), " ",
+      labels.sizes()) : std::string("no labels"));
+  SP_CHECK_ARG(options_.pad_to() >= 0, "pad_to must be >= 0 (0: no padding), got ",
+      options_.pad_to());
+  SP_CHECK_ARG(!options_.drop_last() || data_.size() >= batch_size, "drop_last with batch size ",
+      batch_size, " leaves no batch: data set '", data_.name, "' has only ", data_.size(),
+      " samples; use a smaller batch size or keep the last partial batch");
+  data_.images = images.contiguous();
+
+  const int64_t channels = data_.channels();
+  std::vector<float> scale(channels, 1.0f / 255.0f);
+  std::vector<float> shift(channels, 0.0f);
+  const Normalization& norm = options_.normalization();
+  if (!norm.empty()) {
+    SP_CHECK_ARG(static_cast<int64_t>(norm.mean.size()) == channels &&
+        static_cast<int64_t>(norm.std.size()) == channels, "normalisation: expected ", channels,
+        " means and stds (one per channel of '", data_.name, "'), found ", norm.mean.size(),
+        " means and ", norm.std.size(), " stds");
+    for (int64_t c = 0; c < channels; ++c) {
+      SP_CHECK_ARG(norm.std[c] > 0, "normalisation: std of channel ", c, " must be > 0, got ",
+          norm.std[c], " (a constant channel cannot be normalised)");
+      scale[c] = static_cast<float>(1.0 / (255.0 * norm.std[c]));
+      shift[c] = static_cast<float>(-norm.mean[c] / norm.std[c]);
+    }
+  }
+  scale_ = torch::tensor(scale).view({1, channels, 1, 1});
+  shift_ = torch::tensor(shift).view({1, channels, 1, 1});
+  out_height_ = std::max(data_.height(), options_.pad_to());
+  out_width_ = std::max(data_.width(), options_.pad_to());
+}
+
+int64_t Loader::batches_per_epoch() const {
+  const int64_t n = data_.size(), b = options_.batch_size();
+  return options_.drop_last() ? n / b : (n + b - 1) / b;
+}
+
+std::vector<int64_t> Loader::epoch_order(int64_t epoch) const {
+  SP_CHECK_ARG(epoch >= 0, "epoch must be >= 0, got ", epoch);
+  std::vector<int64_t> order(data_.size());
+  std::iota(order.begin(), order.end(), int64_t{0});
+  if (!options_.shuffle()) {
+    return order;
+  }
+  std::mt19937_64 rng(detail::mix_seed(
+      detail::mix_seed(options_.seed(), detail::kShuffleStream), static_cast<uint64_t>(epoch)));
+  for (int64_t i = static_cast<int64_t>(order.size()) - 1; i > 0; --i) {
+    const auto j = static_cast<int64_t>(detail::uniform_below(rng, static_cast<uint64_t>(i + 1)));
+    std::swap(order[i], order[j]);
+  }
+  return order;
+}
+
+Batch Loader::batch(int64_t epoch, int64_t index) const {
+  return batch(epoch, index, epoch_order(epoch));
+}
+
+Batch Loader::batch(int64_t epoch, int64_t index, const std::vector<int64_t>& order) const {
+  const int64_t n = data_.size();
+  SP_CHECK_ARG(epoch >= 0, "epoch must be >= 0, got ", epoch);
+  SP_CHECK_ARG(static_cast<int64_t>(order.size()) == n, "batch ", index, " of epoch ", epoch,
+      ": expected an order of ", n, " sample ids, found ", order.size());
+  SP_CHECK_ARG(index >= 0 && index < batches_per_epoch(), "batch index ", index, " of epoch ",
+      epoch, " is out of range 0..", batches_per_epoch() - 1);
+
+  const int64_t begin = index * options_.batch_size();
+  const int64_t count = std::min(options_.batch_size(), n - begin);
+  torch::Tensor ids = torch::empty({count}, torch::kInt64);
+  int64_t* id = ids.data_ptr<int64_t>();
+  for (int64_t i = 0; i < count; ++i) {
+    id[i] = order[begin + i];
+    SP_CHECK_ARG(id[i] >= 0 && id[i] < n, "batch ", index, " of epoch ", epoch, ": sample id ",
+        id[i], " at position ", begin + i, " of the order is out of range 0..", n - 1);
+  }
+
+  torch::Tensor x = data_.images.index_select(0, ids);  // uint8, contiguous
+  if (options_.augment()) {
+    augment_in_place(x, id, epoch);
+  }
+  const int64_t height = data_.height(), width = data_.width();
+  if (out_height_ != height || out_width_ != width) {
+    // Pad raw pixels with 0 so the pad reads (0 - mean) / std after normalisation.
+    torch::Tensor padded =
+        torch::zeros({count, data_.channels(), out_height_, out_width_}, torch::kUInt8);
+    padded.narrow(2, (out_height_ - height) / 2, height)
+        .narrow(3, (out_width_ - width) / 2, width)
+        .copy_(x);
+    x = padded;
+  }
+
+  Batch out;
+  out.epoch = epoch;
+  out.index = index;
+  out.x = x.to(torch::kFloat32);
+  if (options_.normalization().empty()) {
+    out.x.div_(255.0);
+  } else {
+    out.x.mul_(scale_).add_(shift_);
+  }
+  out.y = data_.labels.index_select(0, ids);
+  return out;
+}
+
+void Loader::augment_in_place(torch::Tensor& x, const int64_t* ids, int64_t epoch) const {
+  const int64_t count = x.size(0), channels = x.size(1), height = x.size(2), width = x.size(3);
+  const int64_t plane = height * width;
+  const int64_t sample_bytes = channels * plane;
+  const uint64_t epoch_seed = detail::mix_seed(
+      detail::mix_seed(options_.seed(), detail::kAugmentStream), static_cast<uint64_t>(epoch));
+  std::vector<uint8_t> source(sample_bytes);
+  uint8_t* data = x.data_ptr<uint8_t>();
+  for (int64_t b = 0; b < count; ++b) {
+    // Seeded by the sample id, so the result depends on neither the batch nor the thread.
+    std::mt19937_64 rng(detail::mix_seed(epoch_seed, static_cast<uint64_t>(ids[b])));
+    // Pad kAugmentPad and crop at offset (oy, ox) in 0..2*kAugmentPad: a shift by offset - pad.
+    const int64_t dy = static_cast<int64_t>(detail::uniform_below(rng, 2 * kAugmentPad + 1)) -
+        kAugmentPad;
+    const int64_t dx = static_cast<int64_t>(detail::uniform_below(rng, 2 * kAugmentPad + 1)) -
+        kAugmentPad;
+    const bool flip = (rng() >> 63) != 0;
+    uint8_t* sample = data + b * sample_bytes;
+    std::memcpy(source.data(), sample, sample_bytes);
+    for (int64_t c = 0; c < channels; ++c) {
+      for (int64_t y = 0; y < height; ++y) {
+        uint8_t* row = sample + c * plane + y * width;
+        const int64_t sy = y + dy;
+        if (sy < 0 || sy >= height) {
+          std::memset(row, 0, width);
+          continue;
+        }
+        const uint8_t* source_row = source.data() + c * plane + sy * width;
+        for (int64_t col = 0; col < width; ++col) {
+          const int64_t sx = (flip ? width - 1 - col : col) + dx;
+          row[col] = (sx >= 0 && sx < width) ? source_row[sx] : 0;
+        }
+      }
+    }
+  }
+}
+
+std::vector<int64_t> Loader::output_shape() const {
+  return {data_.channels(), out_height_, out_width_};
+}
+
+}  // namespace data
+}  // namespace stalepipe
