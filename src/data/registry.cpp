@@ -55,7 +55,7 @@ DataSplit load_dataset(const std::string& spec) {
     if (!has_arg && name == "fashion-mnist") {
       dir = kFashionMnistDefaultDir;
     }
-    SP_CHECK_ARG(!dir.empty(), "--dataset ", spec, ": ", name, " needs a directory: ", name,
+    SP_CHECK_ARG(!dir.empty(), "data set spec '", spec, "': ", name, " needs a directory: ", name,
         ":DIR");
     if (!has_arg) {
       std::error_code error;
@@ -64,7 +64,7 @@ DataSplit load_dataset(const std::string& spec) {
     }
     return name == "cifar10" ? load_cifar10(dir) : load_idx_dir(dir, name);
   }
-  SP_CHECK_ARG(false, "--dataset ", spec, ": unknown data set '", name, "'; expected one of ",
+  SP_CHECK_ARG(false, "data set spec '", spec, "': unknown data set '", name, "'; expected one of ",
       valid_specs());
   return {};
 }
