@@ -25,8 +25,8 @@ int64_t parse_count(const std::string& spec, const std::string& text) {
     digits = digits && std::isdigit(static_cast<unsigned char>(ch));
   }
   const int64_t n = digits ? std::stoll(text) : 0;
-  SP_CHECK_ARG(n >= 1 && n <= (int64_t{1} << 32), "--dataset ", spec,
-      ": expected synthetic:N with N a number of training samples >= 1, found '", text, "'");
+  SP_CHECK_ARG(n >= 1 && n <= (int64_t{1} << 32), "data set spec '", spec,
+      "': expected synthetic:N with N a number of training samples >= 1, found '", text, "'");
   return n;
 }
 
