@@ -17,6 +17,12 @@ namespace detail {
 namespace {
 
 std::vector<uint8_t> read_raw(const std::string& path) {
+  // Reject directories and FIFOs up front: a stream would open them and then fail or block.
+  std::error_code error;
+  const auto status = std::filesystem::status(path, error);
+  SP_CHECK(!std::filesystem::exists(status) || std::filesystem::is_regular_file(status), path,
+      ": expected a regular file, found ",
+      std::filesystem::is_directory(status) ? "a directory" : "a special file");
   std::ifstream in(path, std::ios::binary);
   SP_CHECK(in.is_open(), path, ": cannot open file (", std::strerror(errno), ")");
   in.seekg(0, std::ios::end);

@@ -25,8 +25,8 @@ int64_t parse_count(const std::string& spec, const std::string& text) {
     digits = digits && std::isdigit(static_cast<unsigned char>(ch));
   }
   const int64_t n = digits ? std::stoll(text) : 0;
-  SP_CHECK_ARG(n >= 1 && n <= (int64_t{1} << 32), "--dataset ", spec,
-      ": expected synthetic:N with N a number of training samples >= 1, found '", text, "'");
+  SP_CHECK_ARG(n >= 1 && n <= (int64_t{1} << 32), "data set spec '", spec,
+      "': expected synthetic:N with N a number of training samples >= 1, found '", text, "'");
   return n;
 }
 
@@ -55,7 +55,7 @@ DataSplit load_dataset(const std::string& spec) {
     if (!has_arg && name == "fashion-mnist") {
       dir = kFashionMnistDefaultDir;
     }
-    SP_CHECK_ARG(!dir.empty(), "--dataset ", spec, ": ", name, " needs a directory: ", name,
+    SP_CHECK_ARG(!dir.empty(), "data set spec '", spec, "': ", name, " needs a directory: ", name,
         ":DIR");
     if (!has_arg) {
       std::error_code error;
@@ -64,7 +64,7 @@ DataSplit load_dataset(const std::string& spec) {
     }
     return name == "cifar10" ? load_cifar10(dir) : load_idx_dir(dir, name);
   }
-  SP_CHECK_ARG(false, "--dataset ", spec, ": unknown data set '", name, "'; expected one of ",
+  SP_CHECK_ARG(false, "data set spec '", spec, "': unknown data set '", name, "'; expected one of ",
       valid_specs());
   return {};
 }

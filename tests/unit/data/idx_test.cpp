@@ -90,6 +90,8 @@ TEST_F(IdxTest, MissingFile) {
       {missing, "cannot open"}));
   EXPECT_TRUE(throws_with<RuntimeError>([&] { read_idx(images, missing, "x"); },
       {missing, "cannot open"}));
+  EXPECT_TRUE(throws_with<RuntimeError>([&] { read_idx(dir_.path(), labels, "x"); },
+      {dir_.path(), "expected a regular file, found a directory"}));
 }
 
 TEST_F(IdxTest, WrongImagesMagic) {
