@@ -13,7 +13,7 @@
 #include "stalepipe/models/zoo.h"
 #include "stalepipe/partition/plan.h"
 
-namespace stalepipe::testing {
+namespace stalepipe::test {
 namespace {
 
 constexpr double kMomentum = 0.9;
@@ -94,4 +94,4 @@ std::vector<torch::Tensor> run_reference(const RunSpec& spec) {
   return ::testing::AssertionSuccess();
 }
 
-}  // namespace stalepipe::testing
+}  // namespace stalepipe::test

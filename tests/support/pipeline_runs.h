@@ -5,12 +5,13 @@
 #include <string>
 #include <vector>
 
+#include <gtest/gtest.h>
 #include <torch/types.h>
 
 #include "stalepipe/data/loader.h"
 #include "stalepipe/schedule/schedule.h"
 
-namespace stalepipe::testing {
+namespace stalepipe::test {
 
 struct RunSpec {
   std::string model = "lenet5";
@@ -38,4 +39,4 @@ std::vector<torch::Tensor> run_reference(const RunSpec& spec);
 ::testing::AssertionResult all_equal(const std::vector<torch::Tensor>& a,
                                      const std::vector<torch::Tensor>& b);
 
-}  // namespace stalepipe::testing
+}  // namespace stalepipe::test

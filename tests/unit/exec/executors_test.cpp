@@ -3,7 +3,7 @@
 
 #include "support/pipeline_runs.h"
 
-namespace stalepipe::testing {
+namespace stalepipe::test {
 namespace {
 
 struct Case {
@@ -72,4 +72,4 @@ TEST(Executors, StaleDiffersFromNonPipelined) {
 }
 
 }  // namespace
-}  // namespace stalepipe::testing
+}  // namespace stalepipe::test

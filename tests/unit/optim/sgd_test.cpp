@@ -2,6 +2,7 @@
 #include <torch/nn/modules/conv.h>
 #include <torch/nn/modules/linear.h>
 #include <torch/optim/sgd.h>
+#include <torch/autograd.h>
 
 #include "stalepipe/optim/sgd.h"
 
