@@ -45,6 +45,10 @@ void save_checkpoint(const std::string& run_dir, const std::vector<exec::Stage*>
                              {"ppv", info.ppv},
                              {"config_hash", info.config_hash},
                              {"wall_seconds", info.wall_seconds},
+                             {"epoch_loss_sum", info.epoch_loss_sum},
+                             {"epoch_correct", info.epoch_correct},
+                             {"epoch_samples", info.epoch_samples},
+                             {"epoch_seconds", info.epoch_seconds},
                              {"shards", shards}};
   write_file_atomic(manifest_path(run_dir), manifest.dump(2) + "\n");
   // Only now are older shard folders unreferenced.
@@ -72,6 +76,10 @@ CheckpointInfo read_checkpoint_info(const std::string& run_dir) {
     info.ppv = manifest.at("ppv").get<std::string>();
     info.config_hash = manifest.at("config_hash").get<std::string>();
     info.wall_seconds = manifest.at("wall_seconds").get<double>();
+    info.epoch_loss_sum = manifest.at("epoch_loss_sum").get<double>();
+    info.epoch_correct = manifest.at("epoch_correct").get<int64_t>();
+    info.epoch_samples = manifest.at("epoch_samples").get<int64_t>();
+    info.epoch_seconds = manifest.at("epoch_seconds").get<double>();
     return info;
   } catch (const nlohmann::json::exception& e) {
     throw RuntimeError(path + ": corrupt checkpoint manifest: " + e.what());

@@ -328,6 +328,15 @@ TrainResult run_training(Run& run, const CheckpointInfo* from, const TrainHooks&
 
   double wall = wall_before;
   double session_samples = 0, session_seconds = 0;  // this process only, for images/s
+  // Running totals of the epoch in progress (restored from a mid-epoch checkpoint).
+  double loss_sum = 0, epoch_seconds = 0;
+  int64_t correct = 0, samples = 0;
+  if (from) {
+    loss_sum = from->epoch_loss_sum;
+    correct = from->epoch_correct;
+    samples = from->epoch_samples;
+    epoch_seconds = from->epoch_seconds;
+  }
   auto save = [&](int64_t at_step, int64_t epochs_done) {
     if (out.empty()) return;
     CheckpointInfo info;
@@ -336,17 +345,19 @@ TrainResult run_training(Run& run, const CheckpointInfo* from, const TrainHooks&
     info.ppv = partition::format_ppv(run.plan.ppv);
     info.config_hash = hash;
     info.wall_seconds = wall;
+    if (epochs_done * run.steps_per_epoch < at_step) {  // mid-epoch
+      info.epoch_loss_sum = loss_sum;
+      info.epoch_correct = correct;
+      info.epoch_samples = samples;
+      info.epoch_seconds = epoch_seconds;
+    }
     save_checkpoint(out, run.pipeline->stages(), info);
+    if (hooks.on_checkpoint) hooks.on_checkpoint(at_step);
   };
 
   for (int64_t epoch = first_epoch; epoch < run.epochs; ++epoch) {
     const int64_t epoch_begin = epoch * run.steps_per_epoch;
     const int64_t epoch_end = std::min(epoch_begin + run.steps_per_epoch, run.total_steps);
-    // A resumed mid-epoch run only logs the steps after the checkpoint for that epoch; the
-    // checkpoint cadence (epoch ends by default) makes that the exception.
-    double loss_sum = 0;
-    int64_t correct = 0, samples = 0;
-    double epoch_seconds = 0;
     double last_lr = run.lr->at(std::max(step, epoch_begin));
     while (step < epoch_end) {
       int64_t segment_end = epoch_end;
@@ -423,6 +434,8 @@ TrainResult run_training(Run& run, const CheckpointInfo* from, const TrainHooks&
                       m.test_loss, " acc ", m.test_accuracy, "  ",
                       static_cast<int64_t>(m.images_per_second), " img/s"));
     save(step, epoch + 1);
+    loss_sum = epoch_seconds = 0;
+    correct = samples = 0;
   }
 
   result.steps = step;

@@ -25,6 +25,11 @@ struct CheckpointInfo {
   std::string ppv;              // "7,13" or "none"
   std::string config_hash;      // of the settings that determine the result
   double wall_seconds = 0;      // training time so far
+  // The running totals of the epoch in progress, so a mid-epoch resume logs the same line.
+  double epoch_loss_sum = 0;
+  int64_t epoch_correct = 0;
+  int64_t epoch_samples = 0;
+  double epoch_seconds = 0;
 };
 
 // Throws RuntimeError on I/O failure.

@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include <torch/types.h>
+
 #include "stalepipe/train/options.h"
 
 namespace stalepipe::train {
@@ -54,6 +56,8 @@ struct TrainHooks {
   // Set to true (e.g. from a SIGINT handler) to drain, checkpoint and return.
   const std::atomic<bool>* stop = nullptr;
   std::function<void(const std::string&)> log;  // one human-readable line; default: stderr
+  // Called after each checkpoint is safely on disk, with the step it resumes at.
+  std::function<void(int64_t step)> on_checkpoint;
 };
 
 // Runs (or, with resume_dir non-empty, continues) a training run. Throws UsageError for bad

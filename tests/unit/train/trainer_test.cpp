@@ -1,0 +1,152 @@
+// End-to-end training runs on synthetic data: determinism, exact resume, hybrid, bad options.
+#include <filesystem>
+#include <fstream>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "stalepipe/common/error.h"
+#include "stalepipe/train/trainer.h"
+#include "support/pipeline_runs.h"
+#include "support/temp_dir.h"
+
+namespace stalepipe::train {
+namespace {
+
+TrainOptions small(const std::string& pipeline = "2") {
+  return TrainOptions()
+      .model("lenet5")
+      .data("synthetic:200")
+      .epochs(2)
+      .batch_size(32)  // 7 steps per epoch, the last one partial
+      .lr(0.05)
+      .pipeline(pipeline)
+      .threads(2)
+      .progress("none");
+}
+
+TrainHooks quiet() {
+  TrainHooks hooks;
+  hooks.log = [](const std::string&) {};
+  return hooks;
+}
+
+std::vector<nlohmann::json> metrics_lines(const std::string& dir) {
+  std::vector<nlohmann::json> lines;
+  std::ifstream in(dir + "/metrics.jsonl");
+  std::string line;
+  while (std::getline(in, line)) {
+    auto j = nlohmann::json::parse(line);
+    for (const char* timing : {"images_per_second", "wall_seconds"}) j.erase(timing);
+    lines.push_back(j);
+  }
+  return lines;
+}
+
+TEST(Trainer, TwoRunsWithTheSameFlagsAreIdentical) {
+  test::TempDir a, b;
+  const auto first = train(small().out(a.path()), quiet());
+  const auto second = train(small().out(b.path()), quiet());
+  EXPECT_TRUE(test::all_equal(first.parameters, second.parameters));
+  EXPECT_EQ(metrics_lines(a.path()), metrics_lines(b.path()));
+  EXPECT_EQ(first.steps, 14);
+  auto summary = nlohmann::json::parse(std::ifstream(a.path() + "/summary.json"));
+  EXPECT_EQ(summary["staleness"], nlohmann::json({1, 0}));
+  EXPECT_EQ(summary["activations_in_flight"], nlohmann::json({2, 1}));
+  EXPECT_EQ(summary["partitions"], 2);
+  for (const char* key : {"model", "dataset", "epochs", "steps", "seed", "test_accuracy", "test_loss",
+                          "train_loss", "images_per_second", "wall_seconds", "peak_rss_mb", "ppv",
+                          "executor", "stale_weight_percent"}) {
+    EXPECT_TRUE(summary.contains(key)) << key;
+  }
+}
+
+TEST(Trainer, ThreadsAndEmulatedTrainTheSameWeights) {
+  const auto threads = train(small("1,3").executor("threads"), quiet());
+  const auto emulated = train(small("1,3").executor("emulated"), quiet());
+  EXPECT_TRUE(test::all_equal(threads.parameters, emulated.parameters));
+}
+
+// A crash right after checkpoint `crash_at` (mid-epoch or at an epoch end), then --resume,
+// ends with exactly the weights and metrics of an uninterrupted run.
+TEST(Trainer, ResumeAfterCrashEqualsUninterruptedRun) {
+  test::TempDir whole;
+  const auto reference = train(small().checkpoint_every(3).out(whole.path()), quiet());
+  for (int64_t crash_at : {3, 7, 9}) {
+    test::TempDir dir;
+    auto hooks = quiet();
+    hooks.on_checkpoint = [crash_at](int64_t step) {
+      if (step == crash_at) throw std::runtime_error("simulated crash");
+    };
+    EXPECT_THROW(train(small().checkpoint_every(3).out(dir.path()), hooks), std::runtime_error);
+    const auto resumed = resume(dir.path(), quiet());
+    EXPECT_TRUE(test::all_equal(resumed.parameters, reference.parameters)) << "crash at " << crash_at;
+    EXPECT_EQ(metrics_lines(dir.path()), metrics_lines(whole.path())) << "crash at " << crash_at;
+  }
+}
+
+TEST(Trainer, StopDrainsCheckpointsAndResumes) {
+  // Non-pipelined, a stop is an ordinary drain point, so the resumed run is exact.
+  test::TempDir whole, dir;
+  const auto reference = train(small("none").checkpoint_every(3).out(whole.path()), quiet());
+  std::atomic<bool> stop{false};
+  auto hooks = quiet();
+  hooks.stop = &stop;
+  hooks.on_checkpoint = [&](int64_t step) {
+    if (step == 3) stop = true;  // mid-epoch 1
+  };
+  const auto stopped = train(small("none").checkpoint_every(3).out(dir.path()), hooks);
+  ASSERT_TRUE(stopped.interrupted);
+  EXPECT_EQ(stopped.steps, 3);
+  const auto resumed = resume(dir.path(), quiet());
+  EXPECT_TRUE(test::all_equal(resumed.parameters, reference.parameters));
+}
+
+TEST(Trainer, HybridSwitchAtTheEndsEqualsThePureSchedules) {
+  const auto stale = train(small().schedule("stale"), quiet());
+  const auto sequential = train(small().schedule("sequential"), quiet());
+  const auto hybrid_late = train(small().schedule("hybrid").hybrid_switch("2"), quiet());
+  const auto hybrid_early = train(small().schedule("hybrid").hybrid_switch("0s"), quiet());
+  EXPECT_TRUE(test::all_equal(hybrid_late.parameters, stale.parameters));
+  EXPECT_TRUE(test::all_equal(hybrid_early.parameters, sequential.parameters));
+  const auto hybrid_mid = train(small().schedule("hybrid").hybrid_switch("4s"), quiet());
+  EXPECT_FALSE(test::all_equal(hybrid_mid.parameters, stale.parameters));
+  EXPECT_FALSE(test::all_equal(hybrid_mid.parameters, sequential.parameters));
+}
+
+TEST(Trainer, BadOptionsAreUsageErrors) {
+  auto expect_usage = [](const TrainOptions& o, const std::string& fragment) {
+    try {
+      train(o, quiet());
+      ADD_FAILURE() << "no error for " << fragment;
+    } catch (const UsageError& e) {
+      EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+    }
+  };
+  expect_usage(small().batch_size(0), "--batch-size must be >= 1, got 0");
+  expect_usage(small().lr(-1), "--lr must be a positive number");
+  expect_usage(small().lr(0), "--lr must be a positive number");
+  expect_usage(small().model("resnet21"), "6n+2");
+  expect_usage(small().model("gpt"), "gpt");
+  expect_usage(small().pipeline("9"), "--pipeline 9: model lenet5 has 5 weight layers; a register may follow layer 1, 2, 3, 4");
+  expect_usage(small().pipeline("3,2"), "must increase");
+  expect_usage(small().pipeline("x"), "is not a layer number");
+  expect_usage(small().model("resnet20").pipeline("8"), "no register may follow layer 8");
+  expect_usage(small().devices("cpu"), "names 1 device(s) but the pipeline has 2 partitions");
+  expect_usage(small().devices("cpu,cuda:0"), "cuda:0 is not present");
+  expect_usage(small().schedule("hybrid").hybrid_switch("3"), "the switch must come no later");
+  expect_usage(small().schedule("hybrid"), "needs --hybrid-switch");
+  expect_usage(small().executor("mpi"), "--executor mpi");
+  expect_usage(small().data("imagenet"), "imagenet");
+}
+
+TEST(Trainer, EightPartitionsAndTinyDataDoNotDeadlock) {
+  // More partitions than the data has mini-batches per epoch (2), and a partial last batch.
+  const auto result = train(small("1,3").model("vgg16").data("synthetic:40").batch_size(24).epochs(1)
+                                .pipeline("1,2,3,4,5,6,7"), quiet());
+  EXPECT_EQ(result.steps, 2);
+  EXPECT_EQ(result.partitions.staleness, (std::vector<int>{13, 11, 9, 7, 5, 3, 1, 0}));
+}
+
+}  // namespace
+}  // namespace stalepipe::train
