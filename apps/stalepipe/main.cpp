@@ -10,6 +10,8 @@
 int main(int argc, char** argv) {
   CLI::App app{"stalepipe: pipelined training of CNNs with stale weights (PPL-SGD)"};
   app.require_subcommand(1);
+  // A flag given twice takes its last value, as in most Unix tools (and scripts that append).
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   std::map<CLI::App*, stalepipe::cli::Command> commands;
   auto* train = app.add_subcommand("train", "train a model, pipelined or not");
   commands[train] = stalepipe::cli::add_train(*train);

@@ -1,0 +1,117 @@
+// The stalepipe program as a user meets it: exit statuses, one-line errors, kill and resume.
+#include <signal.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "support/cli.h"
+#include "support/data_files.h"
+#include "support/temp_dir.h"
+
+namespace stalepipe::test {
+namespace {
+
+namespace fs = std::filesystem;
+
+const std::vector<std::string> kSmallRun = {"train", "--data", "synthetic:256", "--batch-size", "16",
+                                            "--epochs", "2", "--pipeline", "2", "--threads", "2",
+                                            "--checkpoint-every", "4", "--progress", "none"};
+
+std::vector<std::string> with(std::vector<std::string> base, const std::vector<std::string>& more) {
+  base.insert(base.end(), more.begin(), more.end());
+  return base;
+}
+
+void expect_one_line_error(const CliResult& r, int status, const std::string& fragment) {
+  EXPECT_EQ(r.status, status) << r.err;
+  EXPECT_NE(r.err.find("stalepipe: error: "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find(fragment), std::string::npos) << r.err;
+  const std::string error = r.err.substr(r.err.find("stalepipe: error: "));
+  EXPECT_EQ(std::count(error.begin(), error.end(), '\n'), 1) << "not one line: " << r.err;
+}
+
+TEST(Cli, UsageErrorsExitTwo) {
+  expect_one_line_error(run_cli(with(kSmallRun, {"--batch-size", "0"})), 2, "--batch-size must be >= 1, got 0");
+  expect_one_line_error(run_cli(with(kSmallRun, {"--lr", "-0.1"})), 2, "--lr must be a positive number");
+  expect_one_line_error(run_cli(with(kSmallRun, {"--model", "resnet21"})), 2, "6n+2");
+  expect_one_line_error(run_cli(with(kSmallRun, {"--model", "inception"})), 2, "inception");
+  expect_one_line_error(run_cli(with(kSmallRun, {"--data", "imagenet"})), 2, "imagenet");
+  expect_one_line_error(run_cli(with(kSmallRun, {"--pipeline", "5"})), 2, "a register may follow layer 1, 2, 3, 4");
+  expect_one_line_error(run_cli(with(kSmallRun, {"--frobnicate"})), 2, "frobnicate");
+  expect_one_line_error(run_cli({"train", "--epochs", "many"}), 2, "many");
+  expect_one_line_error(run_cli({"layers", "--model", "resnet7"}), 2, "6n+2");
+  expect_one_line_error(run_cli({"schedule", "--partitions", "0"}), 2, "--partitions must be 1..64");
+}
+
+TEST(Cli, MissingAndCorruptDataExitOne) {
+  expect_one_line_error(run_cli(with(kSmallRun, {"--data", "mnist:/nonexistent/dir"})), 1, "/nonexistent/dir");
+  TempDir dir;
+  // A valid-looking Fashion-MNIST folder whose training images are a corrupt gzip stream.
+  for (const char* name : {"train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
+                           "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"}) {
+    std::ofstream(dir.path() + "/" + name, std::ios::binary) << "\x1f\x8b\x08\x00garbage-bytes";
+  }
+  const auto r = run_cli(with(kSmallRun, {"--data", "fashion-mnist:" + dir.path()}));
+  expect_one_line_error(r, 1, "train-images-idx3-ubyte.gz");
+}
+
+TEST(Cli, HelpLayersAndSchedule) {
+  EXPECT_EQ(run_cli({"train", "--help"}).status, 0);
+  const auto layers = run_cli({"layers", "--model", "resnet20"});
+  ASSERT_EQ(layers.status, 0) << layers.err;
+  EXPECT_NE(layers.out.find("block1_3"), std::string::npos) << layers.out;
+  const auto schedule = run_cli({"schedule", "--partitions", "3", "--steps", "8"});
+  ASSERT_EQ(schedule.status, 0) << schedule.err;
+  EXPECT_NE(schedule.out.find("1\t3\t4"), std::string::npos) << schedule.out;  // worker 1: d=3, 4 in flight
+  EXPECT_NE(schedule.out.find("3\t0\t1"), std::string::npos) << schedule.out;
+}
+
+// Waits until the run has written its first checkpoint.
+void wait_for_checkpoint(const std::string& dir) {
+  for (int i = 0; i < 1200 && !fs::exists(dir + "/checkpoint/manifest.json"); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_TRUE(fs::exists(dir + "/checkpoint/manifest.json"));
+}
+
+nlohmann::json summary(const std::string& dir) {
+  return nlohmann::json::parse(std::ifstream(dir + "/summary.json"));
+}
+
+TEST(Cli, KilledRunResumesToTheSameResult) {
+  TempDir whole, killed;
+  ASSERT_EQ(run_cli(with(kSmallRun, {"--out", whole.path()})).status, 0);
+  const pid_t pid = start_cli(with(kSmallRun, {"--out", killed.path()}), killed.path() + "/o", killed.path() + "/e");
+  wait_for_checkpoint(killed.path());
+  kill(pid, SIGKILL);
+  wait_cli(pid);
+  const auto resumed = run_cli({"train", "--resume", killed.path(), "--progress", "none"});
+  ASSERT_EQ(resumed.status, 0) << resumed.err;
+  EXPECT_EQ(summary(killed.path())["test_loss"], summary(whole.path())["test_loss"]);
+  EXPECT_EQ(summary(killed.path())["test_accuracy"], summary(whole.path())["test_accuracy"]);
+  // eval reads the final checkpoint and reproduces the summary's accuracy.
+  const auto eval = run_cli({"eval", "--run", killed.path()});
+  ASSERT_EQ(eval.status, 0) << eval.err;
+  char expected[64];
+  std::snprintf(expected, sizeof expected, "test_accuracy %.4f", summary(whole.path())["test_accuracy"].get<double>());
+  EXPECT_NE(eval.out.find(expected), std::string::npos) << eval.out;
+}
+
+TEST(Cli, InterruptDrainsAndCheckpoints) {
+  TempDir dir;
+  const pid_t pid = start_cli(with(kSmallRun, {"--out", dir.path(), "--epochs", "30"}), dir.path() + "/o", dir.path() + "/e");
+  wait_for_checkpoint(dir.path());
+  kill(pid, SIGINT);
+  EXPECT_EQ(wait_cli(pid), 130);
+  // Resuming a finished-or-stopped run works, and starting over in the same folder is refused.
+  const auto again = run_cli(with(kSmallRun, {"--out", dir.path()}));
+  expect_one_line_error(again, 2, "--resume");
+}
+
+}  // namespace
+}  // namespace stalepipe::test

@@ -1,0 +1,25 @@
+// Runs the stalepipe CLI as a child process, for integration tests.
+#pragma once
+
+#include <sys/types.h>
+
+#include <string>
+#include <vector>
+
+namespace stalepipe::test {
+
+struct CliResult {
+  int status = -1;  // exit status, or 128 + signal
+  std::string out, err;
+};
+
+// Runs `stalepipe args...` to completion (stdin closed), capturing its output.
+CliResult run_cli(const std::vector<std::string>& args);
+
+// Starts `stalepipe args...` with stdout/stderr sent to files; returns its pid.
+pid_t start_cli(const std::vector<std::string>& args, const std::string& out_path,
+                const std::string& err_path);
+// Waits for pid; returns its exit status, or 128 + signal.
+int wait_cli(pid_t pid);
+
+}  // namespace stalepipe::test
