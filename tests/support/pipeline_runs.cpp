@@ -16,7 +16,6 @@
 namespace stalepipe::test {
 namespace {
 
-constexpr double kMomentum = 0.9;
 constexpr double kWeightDecay = 5e-4;
 
 models::Model build_model(const RunSpec& spec) {
@@ -43,20 +42,36 @@ data::Loader synthetic_loader(int64_t train_size, int64_t batch_size, uint64_t s
                                        .normalization(data::compute_normalization(split.train)));
 }
 
+// Trains [first, end) with `kind` over the model's partitions.
+void run_segment(const RunSpec& spec, exec::Pipeline& pipeline,
+                 const data::Loader& loader, schedule::ScheduleKind kind, const std::string& executor,
+                 int64_t first, int64_t end) {
+  exec::SegmentContext context;
+  context.input = [&](int64_t t) { return input_at(loader, t); };
+  context.lr = [&](int64_t) { return spec.lr; };
+  context.threads_per_worker.assign(pipeline.num_stages(), 1);
+  const auto schedule = schedule::make_schedule(kind, pipeline.num_stages(), first, end);
+  exec::make_executor(executor)->run(schedule, pipeline.stages(), context);
+}
+
+exec::Pipeline make_pipeline(const RunSpec& spec, const models::Model& model) {
+  const auto plan = partition::make_plan(model, spec.ppv);
+  return exec::Pipeline(model, plan, std::vector<torch::Device>(plan.num_partitions(), torch::kCPU),
+                        optim::SgdOptions().momentum(spec.momentum).weight_decay(kWeightDecay));
+}
+
 std::vector<torch::Tensor> run_pipeline(const RunSpec& spec) {
   at::set_num_threads(1);
   const auto loader = synthetic_loader(spec.train_size, spec.batch_size, spec.seed);
   const auto model = build_model(spec);
-  const auto plan = partition::make_plan(model, spec.ppv);
-  const int K = plan.num_partitions();
-  exec::Pipeline pipeline(model, plan, std::vector<torch::Device>(K, torch::kCPU),
-                          optim::SgdOptions().momentum(kMomentum).weight_decay(kWeightDecay));
-  exec::SegmentContext context;
-  context.input = [&](int64_t t) { return input_at(loader, t); };
-  context.lr = [&](int64_t) { return spec.lr; };
-  context.threads_per_worker.assign(K, 1);
-  const auto schedule = schedule::make_schedule(spec.kind, K, 0, spec.steps);
-  exec::make_executor(spec.executor)->run(schedule, pipeline.stages(), context);
+  auto pipeline = make_pipeline(spec, model);
+  if (spec.switch_step < 0) {
+    run_segment(spec, pipeline, loader, spec.kind, spec.executor, 0, spec.steps);
+  } else {
+    run_segment(spec, pipeline, loader, schedule::ScheduleKind::kStale, spec.executor, 0, spec.switch_step);
+    run_segment(spec, pipeline, loader, schedule::ScheduleKind::kSequential, spec.executor,
+                spec.switch_step, spec.steps);
+  }
   return pipeline.parameters();
 }
 
@@ -64,11 +79,18 @@ std::vector<torch::Tensor> run_reference(const RunSpec& spec) {
   at::set_num_threads(1);
   const auto loader = synthetic_loader(spec.train_size, spec.batch_size, spec.seed);
   const auto model = build_model(spec);
+  int64_t first = 0;
+  if (spec.switch_step >= 0) {
+    EXPECT_EQ(spec.momentum, 0.0) << "the reference cannot take over momentum buffers";
+    auto pipeline = make_pipeline(spec, model);  // shares the model's modules
+    run_segment(spec, pipeline, loader, schedule::ScheduleKind::kStale, "emulated", 0, spec.switch_step);
+    first = spec.switch_step;
+  }
   auto net = model.as_sequential();
   net->train();
   torch::optim::SGD sgd(net->parameters(),
-                        torch::optim::SGDOptions(spec.lr).momentum(kMomentum).weight_decay(kWeightDecay));
-  for (int64_t t = 0; t < spec.steps; ++t) {
+                        torch::optim::SGDOptions(spec.lr).momentum(spec.momentum).weight_decay(kWeightDecay));
+  for (int64_t t = first; t < spec.steps; ++t) {
     const auto in = input_at(loader, t);
     sgd.zero_grad();
     torch::nn::functional::cross_entropy(net->forward(in.x), in.labels).backward();

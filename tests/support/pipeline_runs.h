@@ -22,7 +22,10 @@ struct RunSpec {
   int64_t batch_size = 8;
   int64_t train_size = 96;  // synthetic samples; several epochs if smaller than steps*batch
   double lr = 0.05;
+  double momentum = 0.9;
   uint64_t seed = 7;
+  // Hybrid: stale for steps [0, switch_step), then sequential. -1: one schedule throughout.
+  int64_t switch_step = -1;
 };
 
 // A loader over seeded synthetic 28x28 data, padded to 32x32 and normalised.
@@ -33,6 +36,9 @@ std::vector<torch::Tensor> run_pipeline(const RunSpec& spec);
 
 // Non-pipelined reference: the whole model as one Sequential, torch::optim::SGD, the same
 // batches and learning rate. Independent of stalepipe's schedule, executors and optimizer.
+// With switch_step >= 0 the first switch_step mini-batches are trained stale (emulated) and
+// the reference loop continues from that state; this needs momentum 0 (no optimizer state
+// to hand over).
 std::vector<torch::Tensor> run_reference(const RunSpec& spec);
 
 // Bitwise equality of two parameter lists (with a message naming the first difference).

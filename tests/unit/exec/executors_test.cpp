@@ -63,6 +63,21 @@ TEST(Executors, SequentialScheduleOverPartitionsEqualsNonPipelinedTraining) {
   }
 }
 
+TEST(Executors, HybridContinuesExactlyAsSequentialTrainingFromTheSameState) {
+  RunSpec spec;
+  spec.ppv = {1, 3};
+  spec.momentum = 0;
+  spec.steps = 16;
+  spec.switch_step = 7;
+  const auto reference = run_reference(spec);  // stale prefix, then the plain loop
+  for (const std::string executor : {"emulated", "threads"}) {
+    spec.executor = executor;
+    EXPECT_TRUE(all_equal(run_pipeline(spec), reference)) << executor;
+  }
+  spec.switch_step = -1;  // all stale: must differ, or the comparison above proves nothing
+  EXPECT_FALSE(all_equal(run_pipeline(spec), reference));
+}
+
 TEST(Executors, StaleDiffersFromNonPipelined) {
   // The comparisons above would be blind if staleness changed nothing.
   RunSpec spec;
