@@ -21,6 +21,8 @@ int main(int argc, char** argv) {
   commands[layers] = stalepipe::cli::add_layers(*layers);
   auto* schedule = app.add_subcommand("schedule", "print the per-worker operation order of a schedule");
   commands[schedule] = stalepipe::cli::add_schedule(*schedule);
+  auto* sweep = app.add_subcommand("sweep", "run an experiment file: train what is missing, resume, collect results");
+  commands[sweep] = stalepipe::cli::add_sweep(*sweep);
 
   try {
     app.parse(argc, argv);

@@ -1,0 +1,32 @@
+// `stalepipe sweep FILE`: trains the missing runs of an experiment, resumes the interrupted
+// ones, skips the finished ones, and writes the results tables and plots.
+#include <cstdio>
+
+#include "commands.h"
+#include "stalepipe/study/sweep.h"
+
+namespace stalepipe::cli {
+
+Command add_sweep(CLI::App& app) {
+  auto file = std::make_shared<std::string>();
+  auto dry_run = std::make_shared<bool>(false);
+  auto collect = std::make_shared<bool>(false);
+  app.add_option("file", *file, "experiment file (JSON; see docs/results.md)")->required();
+  app.add_flag("--dry-run", *dry_run, "only list each run's state");
+  app.add_flag("--collect", *collect, "only rebuild the tables and plots from finished runs");
+  return [file, dry_run, collect]() {
+    const auto experiment = study::load_experiment(*file);
+    if (*collect) {
+      study::write_results(experiment);
+    } else {
+      study::SweepOptions options;
+      options.dry_run = *dry_run;
+      const int trained = study::run_sweep(experiment, options);
+      std::fprintf(stderr, "sweep: %d run(s) trained or resumed\n", trained);
+    }
+    if (!*dry_run) std::printf("results in %s/results.md\n", experiment.out.c_str());
+    return 0;
+  };
+}
+
+}  // namespace stalepipe::cli

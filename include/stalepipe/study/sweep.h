@@ -1,0 +1,62 @@
+// Experiment files and the sweep runner behind `stalepipe sweep FILE`.
+//
+// An experiment file is JSON:
+//   {
+//     "out": "results/lenet5",              // run folders go to <out>/<run>-s<seed>; relative
+//                                           // paths are relative to the experiment file
+//     "seeds": [1, 2],                      // every run is trained once per seed
+//     "defaults": {"model": "lenet5", "epochs": 15, ...},   // any train option (config.json names)
+//     "runs": [
+//       {"name": "baseline", "pipeline": "none", "baseline": true},
+//       {"name": "ppv2", "pipeline": "2"},
+//       {"name": "ppv2-hybrid", "pipeline": "2", "schedule": "hybrid", "hybrid_switch": "10"}
+//     ]
+//   }
+// Each (run, seed) is finished (summary.json exists: skipped), interrupted (a checkpoint
+// exists: resumed), or missing (trained). Then every summary is collected into
+// <out>/results.csv and <out>/results.md (per run and seed, and per run over seeds with the
+// accuracy drop against the baseline run), and the plots <out>/accuracy.svg (test accuracy
+// per epoch, one line per run, seed-averaged) and <out>/drop_vs_stale.svg.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "stalepipe/train/options.h"
+
+namespace stalepipe::study {
+
+struct PlannedRun {
+  std::string name;      // run name from the file
+  uint64_t seed = 0;
+  bool baseline = false;
+  train::TrainOptions options;  // out() is the run folder
+};
+
+struct Experiment {
+  std::string path;      // of the file
+  std::string out;       // resolved results folder
+  std::vector<PlannedRun> runs;
+};
+
+// Parses and validates an experiment file. Throws UsageError naming the file and the bad
+// entry (unknown option name, wrong type, duplicate run name, no runs, no seeds).
+Experiment load_experiment(const std::string& path);
+
+enum class RunState { kMissing, kInterrupted, kFinished };
+RunState run_state(const PlannedRun& run);
+
+struct SweepOptions {
+  bool dry_run = false;   // only report the states
+  std::string progress = "lines";
+};
+
+// Runs what is missing or interrupted (in file order), then writes the tables and plots.
+// Returns the number of runs trained or resumed. A failing run stops the sweep (its
+// checkpoint remains, so the next sweep resumes it).
+int run_sweep(const Experiment& experiment, const SweepOptions& options);
+
+// Collects the finished runs' summaries and metrics into the tables and plots.
+void write_results(const Experiment& experiment);
+
+}  // namespace stalepipe::study

@@ -1,0 +1,153 @@
+// Collects finished runs into results.csv / results.md and the two plots.
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "stalepipe/common/error.h"
+#include "stalepipe/common/files.h"
+#include "stalepipe/study/sweep.h"
+#include "svg_chart_impl.h"
+
+namespace stalepipe::study {
+namespace fs = std::filesystem;
+namespace {
+
+struct Finished {
+  const PlannedRun* run;
+  nlohmann::json summary;
+  std::vector<double> test_accuracy_per_epoch;
+};
+
+struct Spread {
+  double mean = 0, std = 0;  // sample standard deviation; 0 for one value
+  size_t n = 0;
+};
+
+Spread spread(const std::vector<double>& v) {
+  Spread s;
+  s.n = v.size();
+  if (v.empty()) return s;
+  for (double x : v) s.mean += x;
+  s.mean /= static_cast<double>(v.size());
+  if (v.size() > 1) {
+    double ss = 0;
+    for (double x : v) ss += (x - s.mean) * (x - s.mean);
+    s.std = std::sqrt(ss / static_cast<double>(v.size() - 1));
+  }
+  return s;
+}
+
+std::string fixed(double v, int digits) {
+  std::ostringstream out;
+  out.setf(std::ios::fixed);
+  out.precision(digits);
+  out << v;
+  return out.str();
+}
+
+}  // namespace
+
+void write_results(const Experiment& experiment) {
+  std::vector<Finished> done;
+  for (const auto& run : experiment.runs) {
+    const fs::path dir = run.options.out();
+    if (!fs::exists(dir / "summary.json")) continue;
+    Finished f{&run, nlohmann::json::parse(read_file((dir / "summary.json").string())), {}};
+    std::ifstream metrics(dir / "metrics.jsonl");
+    std::string line;
+    while (std::getline(metrics, line)) {
+      f.test_accuracy_per_epoch.push_back(nlohmann::json::parse(line).at("test_accuracy").get<double>());
+    }
+    done.push_back(std::move(f));
+  }
+  fs::create_directories(experiment.out);
+
+  // Per run and seed.
+  const char* columns[] = {"model", "ppv", "partitions", "schedule", "hybrid_switch_step",
+                           "stale_weight_percent", "epochs", "steps", "test_accuracy",
+                           "test_loss", "train_loss", "images_per_second", "wall_seconds",
+                           "peak_rss_mb", "executor"};
+  std::ostringstream csv, md;
+  csv << "run,seed";
+  for (const char* c : columns) csv << "," << c;
+  csv << "\n";
+  for (const auto& f : done) {
+    csv << f.run->name << "," << f.run->seed;
+    for (const char* c : columns) {
+      const auto& v = f.summary.value(c, nlohmann::json());
+      csv << "," << (v.is_string() ? v.get<std::string>() : v.dump());
+    }
+    csv << "\n";
+  }
+  write_file_atomic((fs::path(experiment.out) / "results.csv").string(), csv.str());
+
+  // Per run over seeds, with the drop against the baseline.
+  std::vector<std::string> order;
+  std::map<std::string, std::vector<const Finished*>> by_name;
+  for (const auto& f : done) {
+    if (!by_name.count(f.run->name)) order.push_back(f.run->name);
+    by_name[f.run->name].push_back(&f);
+  }
+  auto accuracies = [&](const std::string& name) {
+    std::vector<double> v;
+    for (const auto* f : by_name[name]) v.push_back(100 * f->summary.at("test_accuracy").get<double>());
+    return v;
+  };
+  std::string baseline;
+  for (const auto& name : order) {
+    if (by_name[name].front()->run->baseline) baseline = name;
+  }
+  const Spread base = baseline.empty() ? Spread{} : spread(accuracies(baseline));
+  md << "| run | model | PPV | K | schedule | stale weights (%) | seeds | test accuracy (%) | drop (points) | images/s | wall (s) |\n"
+     << "|---|---|---|---|---|---|---|---|---|---|---|\n";
+  std::vector<detail::Series> drops;  // one per run, so the legend names the points
+  for (const auto& name : order) {
+    const auto& first = by_name[name].front()->summary;
+    const Spread acc = spread(accuracies(name));
+    std::vector<double> ips, wall;
+    for (const auto* f : by_name[name]) {
+      ips.push_back(f->summary.at("images_per_second").get<double>());
+      wall.push_back(f->summary.at("wall_seconds").get<double>());
+    }
+    const double stale = first.at("stale_weight_percent").get<double>();
+    md << "| " << name << " | " << first.at("model").get<std::string>() << " | "
+       << first.at("ppv").get<std::string>() << " | " << first.at("partitions") << " | "
+       << first.at("schedule").get<std::string>() << " | " << fixed(stale, 1) << " | " << acc.n
+       << " | " << fixed(acc.mean, 2) << (acc.n > 1 ? " ± " + fixed(acc.std, 2) : "") << " | "
+       << (baseline.empty() ? "-" : fixed(base.mean - acc.mean, 2)) << " | "
+       << fixed(spread(ips).mean, 0) << " | " << fixed(spread(wall).mean, 0) << " |\n";
+    if (!baseline.empty()) {
+      drops.push_back({name, {stale}, {base.mean - acc.mean}, {acc.std}});
+    }
+  }
+  md << "\nAccuracy: mean ± sample standard deviation over seeds; drop: baseline ("
+     << (baseline.empty() ? "none" : baseline) << ") mean minus run mean.\n";
+  write_file_atomic((fs::path(experiment.out) / "results.md").string(), md.str());
+
+  // Test accuracy per epoch, seed-averaged, one line per run.
+  std::vector<detail::Series> curves;
+  for (const auto& name : order) {
+    detail::Series s{name, {}, {}, {}};
+    size_t epochs = by_name[name].front()->test_accuracy_per_epoch.size();
+    for (const auto* f : by_name[name]) epochs = std::min(epochs, f->test_accuracy_per_epoch.size());
+    for (size_t e = 0; e < epochs; ++e) {
+      std::vector<double> v;
+      for (const auto* f : by_name[name]) v.push_back(100 * f->test_accuracy_per_epoch[e]);
+      s.x.push_back(static_cast<double>(e + 1));
+      s.y.push_back(spread(v).mean);
+    }
+    curves.push_back(s);
+  }
+  const std::string title = fs::path(experiment.path).stem().string();
+  write_file_atomic((fs::path(experiment.out) / "accuracy.svg").string(),
+                    detail::svg_chart(title + ": test accuracy", "epoch", "test accuracy (%)", curves, true));
+  write_file_atomic((fs::path(experiment.out) / "drop_vs_stale.svg").string(),
+                    detail::svg_chart(title + ": accuracy drop vs stale weights", "stale weights (%)",
+                                      "drop against the baseline (points)", drops, false));
+}
+
+}  // namespace stalepipe::study

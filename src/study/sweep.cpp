@@ -1,0 +1,117 @@
+#include "stalepipe/study/sweep.h"
+
+#include <cstdio>
+#include <filesystem>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "stalepipe/common/error.h"
+#include "stalepipe/common/files.h"
+#include "stalepipe/train/checkpoint.h"
+#include "stalepipe/train/trainer.h"
+#include "train/options_json.h"
+
+namespace stalepipe::study {
+namespace fs = std::filesystem;
+namespace {
+
+// Keys of the file's runs that are not train options.
+const std::set<std::string> kRunKeys = {"name", "baseline"};
+
+void merge_options(nlohmann::json& into, const nlohmann::json& from, const std::string& where,
+                   const nlohmann::json& known) {
+  SP_CHECK_ARG(from.is_object(), where, ": expected an object of train options");
+  for (const auto& [key, value] : from.items()) {
+    if (kRunKeys.count(key)) continue;
+    SP_CHECK_ARG(known.contains(key), where, ": unknown option '", key,
+                 "' (use the names of config.json, e.g. batch_size, pipeline, hybrid_switch)");
+    into[key] = value;
+  }
+}
+
+}  // namespace
+
+Experiment load_experiment(const std::string& path) {
+  SP_CHECK_ARG(fs::exists(path), "sweep ", path, ": no such file");
+  nlohmann::json file;
+  try {
+    file = nlohmann::json::parse(read_file(path));
+  } catch (const nlohmann::json::exception& e) {
+    throw UsageError(path + ": not valid JSON: " + e.what());
+  }
+  Experiment ex;
+  ex.path = path;
+  try {
+    const fs::path base = fs::path(path).parent_path();
+    const std::string out = file.at("out").get<std::string>();
+    ex.out = fs::path(out).is_absolute() ? out : (base / out).lexically_normal().string();
+    const auto seeds = file.value("seeds", std::vector<uint64_t>{1});
+    SP_CHECK_ARG(!seeds.empty(), path, ": \"seeds\" is empty");
+    const nlohmann::json known = train::to_json(train::TrainOptions());
+    nlohmann::json defaults = known;
+    if (file.contains("defaults")) merge_options(defaults, file["defaults"], path + ": defaults", known);
+    const auto& runs = file.at("runs");
+    SP_CHECK_ARG(runs.is_array() && !runs.empty(), path, ": \"runs\" must be a non-empty list");
+    std::set<std::string> names;
+    for (const auto& run : runs) {
+      const std::string name = run.at("name").get<std::string>();
+      SP_CHECK_ARG(!name.empty() && name.find('/') == std::string::npos, path, ": bad run name '", name, "'");
+      SP_CHECK_ARG(names.insert(name).second, path, ": run name '", name, "' appears twice");
+      nlohmann::json options = defaults;
+      merge_options(options, run, path + ": run " + name, known);
+      for (uint64_t seed : seeds) {
+        PlannedRun planned;
+        planned.name = name;
+        planned.seed = seed;
+        planned.baseline = run.value("baseline", false);
+        options["seed"] = seed;
+        options["out"] = (fs::path(ex.out) / (name + "-s" + std::to_string(seed))).string();
+        planned.options = train::options_from_json(options, path + ": run " + name);
+        ex.runs.push_back(planned);
+      }
+    }
+  } catch (const nlohmann::json::exception& e) {
+    throw UsageError(path + ": " + e.what());
+  } catch (const RuntimeError& e) {
+    throw UsageError(e.what());
+  }
+  return ex;
+}
+
+RunState run_state(const PlannedRun& run) {
+  if (fs::exists(fs::path(run.options.out()) / "summary.json")) return RunState::kFinished;
+  if (train::has_checkpoint(run.options.out())) return RunState::kInterrupted;
+  return RunState::kMissing;
+}
+
+int run_sweep(const Experiment& experiment, const SweepOptions& options) {
+  int trained = 0;
+  size_t index = 0;
+  for (const auto& run : experiment.runs) {
+    ++index;
+    const RunState state = run_state(run);
+    const char* label = state == RunState::kFinished ? "finished, skipped"
+                        : state == RunState::kInterrupted ? "interrupted, resuming"
+                                                           : "missing, training";
+    std::fprintf(stderr, "sweep [%zu/%zu] %s seed %llu: %s\n", index, experiment.runs.size(),
+                 run.name.c_str(), static_cast<unsigned long long>(run.seed), label);
+    if (options.dry_run || state == RunState::kFinished) continue;
+    auto o = run.options;
+    o.progress(options.progress);
+    if (state == RunState::kInterrupted) {
+      train::resume(o.out());
+    } else {
+      // A folder without a checkpoint holds nothing worth keeping (a run that died before
+      // its first checkpoint): start it again.
+      std::error_code ignored;
+      fs::remove_all(o.out(), ignored);
+      train::train(o);
+    }
+    ++trained;
+  }
+  if (!options.dry_run) write_results(experiment);
+  return trained;
+}
+
+}  // namespace stalepipe::study

@@ -1,0 +1,102 @@
+// The sweep runner on tiny synthetic experiments: trains what is missing, resumes what was
+// interrupted, skips what is finished, and tabulates the summaries.
+#include <filesystem>
+#include <fstream>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "stalepipe/common/error.h"
+#include "stalepipe/study/sweep.h"
+#include "stalepipe/train/trainer.h"
+#include "support/temp_dir.h"
+
+namespace stalepipe::study {
+namespace {
+namespace fs = std::filesystem;
+
+std::string write_experiment(const test::TempDir& dir, const nlohmann::json& runs) {
+  nlohmann::json file = {
+      {"out", "results"},
+      {"seeds", {1, 2}},
+      {"defaults", {{"model", "lenet5"}, {"data", "synthetic:96"}, {"epochs", 2}, {"batch_size", 32},
+                    {"threads", 1}, {"progress", "none"}}},
+      {"runs", runs}};
+  const std::string path = dir.path() + "/tiny.json";
+  std::ofstream(path) << file.dump(2);
+  return path;
+}
+
+const nlohmann::json kRuns = nlohmann::json::array(
+    {{{"name", "baseline"}, {"baseline", true}}, {{"name", "ppv2"}, {"pipeline", "2"}}});
+
+TEST(Sweep, TrainsMissingSkipsFinishedAndTabulates) {
+  test::TempDir dir;
+  const auto ex = load_experiment(write_experiment(dir, kRuns));
+  ASSERT_EQ(ex.runs.size(), 4u);  // 2 runs x 2 seeds
+  EXPECT_EQ(ex.runs[3].options.out(), dir.path() + "/results/ppv2-s2");
+  EXPECT_EQ(ex.runs[3].options.seed(), 2u);
+  EXPECT_EQ(ex.runs[3].options.pipeline(), "2");
+  EXPECT_EQ(run_sweep(ex, {}), 4);
+  for (const auto& run : ex.runs) EXPECT_EQ(run_state(run), RunState::kFinished);
+  const auto summary_time = fs::last_write_time(ex.runs[0].options.out() + "/summary.json");
+  EXPECT_EQ(run_sweep(ex, {}), 0);  // everything finished: nothing retrained
+  EXPECT_EQ(fs::last_write_time(ex.runs[0].options.out() + "/summary.json"), summary_time);
+
+  std::ifstream csv(ex.out + "/results.csv");
+  std::string header, line;
+  std::getline(csv, header);
+  EXPECT_EQ(header.rfind("run,seed,model,ppv,partitions", 0), 0u) << header;
+  int rows = 0;
+  while (std::getline(csv, line)) ++rows;
+  EXPECT_EQ(rows, 4);
+  std::stringstream md;
+  md << std::ifstream(ex.out + "/results.md").rdbuf();
+  EXPECT_NE(md.str().find("| ppv2 | lenet5 | 2 | 2 | stale |"), std::string::npos) << md.str();
+  EXPECT_NE(md.str().find(" ± "), std::string::npos) << md.str();  // two seeds: a spread
+  for (const char* plot : {"accuracy.svg", "drop_vs_stale.svg"}) {
+    std::stringstream svg;
+    svg << std::ifstream(ex.out + "/" + plot).rdbuf();
+    EXPECT_EQ(svg.str().rfind("<svg", 0), 0u) << plot;
+    EXPECT_NE(svg.str().find("ppv2"), std::string::npos) << plot;
+  }
+}
+
+TEST(Sweep, ResumesAnInterruptedRunToTheSameResult) {
+  test::TempDir dir;
+  const auto ex = load_experiment(write_experiment(dir, nlohmann::json::array({{{"name", "ppv2"}, {"pipeline", "2"}}})));
+  ASSERT_EQ(run_sweep(ex, {}), 2);
+  const auto reference = nlohmann::json::parse(std::ifstream(ex.runs[0].options.out() + "/summary.json"));
+  // Interrupt the first run after its first epoch: keep the checkpoint, lose the summary.
+  fs::remove_all(ex.runs[0].options.out());
+  auto hooks = train::TrainHooks();
+  hooks.log = [](const std::string&) {};
+  hooks.on_checkpoint = [](int64_t step) {
+    if (step == 3) throw std::runtime_error("killed");  // 96 / 32 = 3 steps per epoch
+  };
+  EXPECT_THROW(train::train(ex.runs[0].options, hooks), std::runtime_error);
+  EXPECT_EQ(run_state(ex.runs[0]), RunState::kInterrupted);
+  EXPECT_EQ(run_sweep(ex, {}), 1);
+  const auto resumed = nlohmann::json::parse(std::ifstream(ex.runs[0].options.out() + "/summary.json"));
+  EXPECT_EQ(resumed["test_loss"], reference["test_loss"]);
+  EXPECT_EQ(resumed["test_accuracy"], reference["test_accuracy"]);
+}
+
+TEST(Sweep, BadExperimentFilesAreUsageErrors) {
+  test::TempDir dir;
+  EXPECT_THROW(load_experiment(dir.path() + "/none.json"), UsageError);
+  EXPECT_THROW(load_experiment(write_experiment(dir, nlohmann::json::array())), UsageError);
+  try {
+    load_experiment(write_experiment(dir, nlohmann::json::array({{{"name", "x"}, {"batchsize", 4}}})));
+    ADD_FAILURE();
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("unknown option 'batchsize'"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(load_experiment(write_experiment(dir, nlohmann::json::array({{{"name", "a"}}, {{"name", "a"}}}))),
+               UsageError);
+  std::ofstream(dir.path() + "/broken.json") << "{ not json";
+  EXPECT_THROW(load_experiment(dir.path() + "/broken.json"), UsageError);
+}
+
+}  // namespace
+}  // namespace stalepipe::study
