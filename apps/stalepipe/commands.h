@@ -14,5 +14,6 @@ Command add_train(CLI::App& app);
 Command add_eval(CLI::App& app);
 Command add_layers(CLI::App& app);
 Command add_schedule(CLI::App& app);
+Command add_launch(CLI::App& app);
 
 }  // namespace stalepipe::cli

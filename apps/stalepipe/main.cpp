@@ -19,6 +19,8 @@ int main(int argc, char** argv) {
   commands[layers] = stalepipe::cli::add_layers(*layers);
   auto* schedule = app.add_subcommand("schedule", "print the per-worker operation order of a schedule");
   commands[schedule] = stalepipe::cli::add_schedule(*schedule);
+  auto* launch = app.add_subcommand("launch", "start K local ranks of a command (--executor processes); -- then the command");
+  commands[launch] = stalepipe::cli::add_launch(*launch);
 
   try {
     app.parse(argc, argv);
