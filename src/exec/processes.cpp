@@ -160,13 +160,28 @@ ProcessGroup::ProcessGroup(const ProcessGroupOptions& options, const std::string
                                 o.timeout_seconds(), " s; missing rank(s): ", missing,
                                 " of WORLD_SIZE ", size_));
   }
-  for (int r = 0; r < size_; ++r) {
+  std::string mismatch;
+  for (int r = 0; r < size_ && mismatch.empty(); ++r) {
     const auto bytes = impl_->store->get(key(r));
     const std::string other(bytes.begin(), bytes.end());
-    SP_CHECK(other == config_hash, "rank ", rank_, ": rank ", r,
-             " was started with a different configuration (config hash ", other, ", this rank ",
-             config_hash, "); start every rank with the same training flags");
+    if (other != config_hash) {
+      mismatch = c10::str("rank ", rank_, ": rank ", r,
+                          " was started with a different configuration (config hash ", other,
+                          ", this rank ", config_hash,
+                          "); start every rank with the same training flags");
+    }
   }
+  // Rank 0 serves the store: it stays until every rank has compared, so that each one can
+  // report the mismatch itself rather than a lost master.
+  impl_->store->add("stalepipe/compared", 1);
+  if (rank_ == 0) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout_;
+    while (impl_->store->add("stalepipe/compared", 0) < size_ &&
+           std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
+  if (!mismatch.empty()) throw RuntimeError(mismatch);
 
   auto gloo_options = c10d::ProcessGroupGloo::Options::create(timeout_);
   try {
