@@ -98,7 +98,7 @@ struct ProcessGroup::Impl {
       lock.unlock();
       std::string failure;
       try {
-        send.work->wait(timeout);
+        if (!send.work->wait(timeout)) throw std::runtime_error("the send was aborted");
       } catch (const std::exception& e) {
         failure = c10::str(describe(send.peer), " did not take a message within ",
                            timeout_seconds, " s (it died, hangs or failed): ", e.what());
@@ -258,7 +258,11 @@ void ProcessGroup::send(const torch::Tensor& tensor, int dst, int tag) {
 void ProcessGroup::recv(torch::Tensor& tensor, int src, int tag) {
   std::vector<at::Tensor> tensors{tensor};
   try {
-    impl_->group->recv(tensors, src, tag)->wait(timeout_);
+    // Gloo ends a receive whose peer closed the connection without an exception but reports
+    // it as not completed.
+    if (!impl_->group->recv(tensors, src, tag)->wait(timeout_)) {
+      throw std::runtime_error("the receive was aborted (connection closed)");
+    }
   } catch (const std::exception& e) {
     fail(src, "receive", e);
   }
@@ -312,7 +316,9 @@ void ProcessGroup::broadcast(torch::Tensor& tensor, int root) {
   c10d::BroadcastOptions options;
   options.rootRank = root;
   try {
-    impl_->group->broadcast(tensors, options)->wait(timeout_);
+    if (!impl_->group->broadcast(tensors, options)->wait(timeout_)) {
+      throw std::runtime_error("the broadcast was aborted");
+    }
   } catch (const std::exception& e) {
     fail(-1, c10::str("receive a broadcast from rank ", root), e);
   }
@@ -320,7 +326,7 @@ void ProcessGroup::broadcast(torch::Tensor& tensor, int root) {
 
 void ProcessGroup::barrier() {
   try {
-    impl_->group->barrier()->wait(timeout_);
+    if (!impl_->group->barrier()->wait(timeout_)) throw std::runtime_error("the barrier was aborted");
   } catch (const std::exception& e) {
     fail(-1, "pass a barrier", e);
   }

@@ -170,7 +170,9 @@ TEST(Processes, KilledRankEndsTheOthersWithinTheBoundNamingIt) {
   TempDir dir;
   const int port = free_port();
   auto args = train_args("1,3", 3, dir.file("run"), "processes", 100000, "synthetic:2048");
-  args.insert(args.end(), {"--timeout-seconds", "10"});
+  // A small lr: stale weights at lr 0.05 for an epoch of 64 steps can diverge, which would
+  // end the ranks before the kill.
+  args.insert(args.end(), {"--timeout-seconds", "10", "--lr", "0.005"});
   std::vector<pid_t> pids;
   for (int r = 0; r < 3; ++r) {
     pids.push_back(spawn(args, rank_env(r, 3, port), dir.file("rank" + std::to_string(r) + ".log")));
@@ -199,7 +201,9 @@ TEST(Processes, KilledRankEndsTheOthersWithinTheBoundNamingIt) {
 TEST(Processes, LauncherStopsEveryRankWhenOneFails) {
   TempDir dir;
   auto args = train_args("2", 2, dir.file("run"), "processes", 100000, "synthetic:2048");
-  args.insert(args.end(), {"--timeout-seconds", "10"});
+  // A small lr: stale weights at lr 0.05 for an epoch of 64 steps can diverge, which would
+  // end the ranks before the kill.
+  args.insert(args.end(), {"--timeout-seconds", "10", "--lr", "0.005"});
   const pid_t launcher = spawn(launch_args(2, args), {}, dir.file("launch.log"));
   std::vector<pid_t> ranks;
   const auto start = Clock::now();
