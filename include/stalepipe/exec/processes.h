@@ -37,8 +37,7 @@ struct ProcessGroupOptions {
   TORCH_ARG(int, master_port) = -1;                 // -1: $MASTER_PORT, else 29500
   TORCH_ARG(int, timeout_seconds) = 60;             // bound on every wait for a peer
 
-
- public:
+ public:  // TORCH_ARG leaves the struct in private:
   // Fills the fields left at their "unset" value from the environment. Throws UsageError if a
   // variable is malformed or the rank is outside [0, world_size).
   ProcessGroupOptions resolved() const;
