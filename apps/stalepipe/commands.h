@@ -15,5 +15,6 @@ Command add_eval(CLI::App& app);
 Command add_layers(CLI::App& app);
 Command add_schedule(CLI::App& app);
 Command add_sweep(CLI::App& app);
+Command add_launch(CLI::App& app);
 
 }  // namespace stalepipe::cli

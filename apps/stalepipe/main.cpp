@@ -23,6 +23,8 @@ int main(int argc, char** argv) {
   commands[schedule] = stalepipe::cli::add_schedule(*schedule);
   auto* sweep = app.add_subcommand("sweep", "run an experiment file: train what is missing, resume, collect results");
   commands[sweep] = stalepipe::cli::add_sweep(*sweep);
+  auto* launch = app.add_subcommand("launch", "start K local ranks of a command (--executor processes); -- then the command");
+  commands[launch] = stalepipe::cli::add_launch(*launch);
 
   try {
     app.parse(argc, argv);

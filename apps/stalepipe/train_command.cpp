@@ -24,6 +24,7 @@ Command add_train(CLI::App& app) {
   auto o = std::make_shared<train::TrainOptions>();
   auto resume = std::make_shared<std::string>();
   auto milestones = std::make_shared<std::vector<int>>();
+  auto group = std::make_shared<exec::ProcessGroupOptions>();
   // Defaults come from TrainOptions; CLI11 shows them in --help.
   app.add_option("--model", o->model(), "lenet5 | alexnet | vgg16 | resnet<6n+2> (resnet20, resnet56, ...)")->capture_default_str();
   app.add_option("--data", o->data(), "fashion-mnist[:DIR] | mnist:DIR | kmnist:DIR | cifar10:DIR | synthetic[:N]")->capture_default_str();
@@ -46,7 +47,7 @@ Command add_train(CLI::App& app) {
   app.add_option("--pipeline", o->pipeline(), "PPV: weight layers followed by a register, e.g. 2 or 7,13; none = no pipeline")->capture_default_str();
   app.add_option("--schedule", o->schedule(), "stale (PPL-SGD) | sequential | hybrid")->capture_default_str();
   app.add_option("--hybrid-switch", o->hybrid_switch(), "hybrid: switch to sequential after N epochs, or Ns steps (e.g. 3 or 500s)");
-  app.add_option("--executor", o->executor(), "emulated (reference, one thread) | threads (one thread per partition)")->capture_default_str();
+  app.add_option("--executor", o->executor(), "emulated (reference, one thread) | threads (one thread per partition) | processes (one rank per partition; see launch)")->capture_default_str();
   app.add_option("--devices", o->devices(), "one device per partition, e.g. cpu,cpu or cuda:0,cuda:1 (default: cpu)");
   app.add_option("--threads", o->threads(), "intra-op threads in all (0: all cores)")->capture_default_str();
   app.add_option("--threads-per-worker", o->threads_per_worker(), "intra-op threads per partition (0: threads / partitions)")->capture_default_str();
@@ -56,13 +57,21 @@ Command add_train(CLI::App& app) {
   app.add_option("--eval-batch-size", o->eval_batch_size(), "batch size for evaluation")->capture_default_str();
   app.add_option("--progress", o->progress(), "auto | bar | lines | none")->capture_default_str();
 
-  return [o, resume, milestones]() {
+  // --executor processes: torchrun's environment variables, or these flags.
+  app.add_option("--rank", group->rank(), "processes: this process's rank (default $RANK)");
+  app.add_option("--world-size", group->world_size(), "processes: number of ranks = partitions (default $WORLD_SIZE)");
+  app.add_option("--master-addr", group->master_addr(), "processes: rank 0's address (default $MASTER_ADDR, else 127.0.0.1)");
+  app.add_option("--master-port", group->master_port(), "processes: rendezvous port on rank 0 (default $MASTER_PORT, else 29500)");
+  app.add_option("--timeout-seconds", group->timeout_seconds(), "processes: a rank that does not answer within this time ends the run")->capture_default_str();
+
+  return [o, resume, milestones, group]() {
     o->lr_milestones(*milestones);
     g_stop = false;
     std::signal(SIGINT, on_interrupt);
     std::signal(SIGTERM, on_interrupt);
     train::TrainHooks hooks;
     hooks.stop = &g_stop;
+    hooks.process_group = *group;
     const auto result = resume->empty() ? train::train(*o, hooks) : train::resume(*resume, hooks);
     if (result.interrupted) return 130;
     std::printf("test_accuracy %.4f\n", result.test_accuracy);

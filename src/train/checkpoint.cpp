@@ -20,28 +20,36 @@ std::string manifest_path(const std::string& run_dir) {
 
 }  // namespace
 
-void save_checkpoint(const std::string& run_dir, const std::vector<exec::Stage*>& stages,
-                     const CheckpointInfo& info) {
+static std::string shard_name(int64_t step, int partition) {
+  return "step-" + std::to_string(step) + "/part-" + std::to_string(partition + 1) + ".pt";
+}
+
+void save_checkpoint_shard(const std::string& run_dir, exec::Stage& stage, int partition,
+                           int partitions, const CheckpointInfo& info) {
+  SP_CHECK(stage.in_flight() == 0, "checkpoint at step ", info.step, ": partition ",
+           partition + 1, " still has mini-batches in flight");
+  const fs::path path = fs::path(checkpoint_dir(run_dir)) / shard_name(info.step, partition);
+  fs::create_directories(path.parent_path());
+  torch::serialize::OutputArchive archive;
+  stage.module()->save(archive);
+  stage.optimizer().save(archive);
+  archive.write("stalepipe.step", torch::tensor(info.step, torch::kLong));
+  archive.write("stalepipe.partition", torch::tensor(int64_t{partition}, torch::kLong));
+  archive.write("stalepipe.partitions", torch::tensor(int64_t{partitions}, torch::kLong));
+  std::ostringstream bytes;
+  archive.save_to(bytes);
+  write_file_atomic(path.string(), bytes.str());
+}
+
+void write_checkpoint_manifest(const std::string& run_dir, int partitions,
+                               const CheckpointInfo& info) {
   const std::string folder = "step-" + std::to_string(info.step);
-  const fs::path dir = fs::path(checkpoint_dir(run_dir)) / folder;
-  fs::create_directories(dir);
   nlohmann::json shards = nlohmann::json::array();
-  for (size_t k = 0; k < stages.size(); ++k) {
-    SP_CHECK(stages[k]->in_flight() == 0, "checkpoint at step ", info.step, ": partition ", k + 1,
-             " still has mini-batches in flight");
-    torch::serialize::OutputArchive archive;
-    stages[k]->module()->save(archive);
-    stages[k]->optimizer().save(archive);
-    std::ostringstream bytes;
-    archive.save_to(bytes);
-    const std::string name = "part-" + std::to_string(k + 1) + ".pt";
-    write_file_atomic((dir / name).string(), bytes.str());
-    shards.push_back(folder + "/" + name);
-  }
+  for (int k = 0; k < partitions; ++k) shards.push_back(shard_name(info.step, k));
   nlohmann::json manifest = {{"format", 1},
                              {"step", info.step},
                              {"epochs_done", info.epochs_done},
-                             {"partitions", stages.size()},
+                             {"partitions", partitions},
                              {"ppv", info.ppv},
                              {"config_hash", info.config_hash},
                              {"wall_seconds", info.wall_seconds},
@@ -59,6 +67,13 @@ void save_checkpoint(const std::string& run_dir, const std::vector<exec::Stage*>
       fs::remove_all(entry.path(), ignored);
     }
   }
+}
+
+void save_checkpoint(const std::string& run_dir, const std::vector<exec::Stage*>& stages,
+                     const CheckpointInfo& info) {
+  const int K = static_cast<int>(stages.size());
+  for (int k = 0; k < K; ++k) save_checkpoint_shard(run_dir, *stages[k], k, K, info);
+  write_checkpoint_manifest(run_dir, K, info);
 }
 
 bool has_checkpoint(const std::string& run_dir) { return fs::exists(manifest_path(run_dir)); }
@@ -86,28 +101,47 @@ CheckpointInfo read_checkpoint_info(const std::string& run_dir) {
   }
 }
 
-CheckpointInfo load_checkpoint(const std::string& run_dir,
-                               const std::vector<exec::Stage*>& stages) {
+CheckpointInfo load_checkpoint_shard(const std::string& run_dir, exec::Stage& stage, int k,
+                                     int partitions) {
   const CheckpointInfo info = read_checkpoint_info(run_dir);
   const std::string path = manifest_path(run_dir);
   const auto manifest = nlohmann::json::parse(read_file(path));
   const auto& shards = manifest.at("shards");
-  SP_CHECK(shards.size() == stages.size(), path, ": checkpoint has ", shards.size(),
-           " partitions, this run has ", stages.size());
-  for (size_t k = 0; k < stages.size(); ++k) {
-    const std::string shard =
-        (fs::path(checkpoint_dir(run_dir)) / shards[k].get<std::string>()).string();
-    SP_CHECK(fs::exists(shard), path, ": shard ", shard, " is missing");
-    try {
-      torch::serialize::InputArchive archive;
-      archive.load_from(shard, stages[k]->device());
-      stages[k]->module()->load(archive);
-      stages[k]->optimizer().load(archive);
-    } catch (const c10::Error& e) {
-      throw RuntimeError(shard + ": cannot load partition " + std::to_string(k + 1) + ": " +
-                         e.what_without_backtrace());
+  SP_CHECK(static_cast<int>(shards.size()) == partitions, path, ": checkpoint has ", shards.size(),
+           " partitions, this run has ", partitions);
+  const std::string shard =
+      (fs::path(checkpoint_dir(run_dir)) / shards[k].get<std::string>()).string();
+  SP_CHECK(fs::exists(shard), path, ": shard ", shard, " is missing");
+  try {
+    torch::serialize::InputArchive archive;
+    archive.load_from(shard, stage.device());
+    // Shards written before the tags existed carry none; they are trusted as named.
+    torch::Tensor tag;
+    if (archive.try_read("stalepipe.step", tag)) {
+      const int64_t step = tag.item<int64_t>();
+      SP_CHECK(step == info.step, path, " is for step ", info.step, " but its shard ", shard,
+               " holds partition ", k + 1, " after step ", step,
+               ": the shards disagree; this checkpoint cannot be resumed");
+      SP_CHECK(archive.try_read("stalepipe.partition", tag) && tag.item<int64_t>() == k &&
+                   archive.try_read("stalepipe.partitions", tag) &&
+                   tag.item<int64_t>() == partitions,
+               path, ": shard ", shard, " is not partition ", k + 1, " of ", partitions,
+               ": the shards disagree; this checkpoint cannot be resumed");
     }
+    stage.module()->load(archive);
+    stage.optimizer().load(archive);
+  } catch (const c10::Error& e) {
+    throw RuntimeError(shard + ": cannot load partition " + std::to_string(k + 1) + ": " +
+                       e.what_without_backtrace());
   }
+  return info;
+}
+
+CheckpointInfo load_checkpoint(const std::string& run_dir,
+                               const std::vector<exec::Stage*>& stages) {
+  const int K = static_cast<int>(stages.size());
+  CheckpointInfo info;
+  for (int k = 0; k < K; ++k) info = load_checkpoint_shard(run_dir, *stages[k], k, K);
   return info;
 }
 

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <thread>
 
 #include <ATen/Parallel.h>
@@ -22,6 +23,7 @@
 #include "stalepipe/data/registry.h"
 #include "stalepipe/exec/executor.h"
 #include "stalepipe/exec/pipeline.h"
+#include "stalepipe/exec/processes.h"
 #include "stalepipe/models/zoo.h"
 #include "stalepipe/partition/plan.h"
 #include "stalepipe/train/checkpoint.h"
@@ -102,6 +104,11 @@ struct Run {
   int threads = 1;
   std::vector<int> threads_per_worker;
   PartitionReport report;
+  // --executor processes: this process runs partition group->rank() + 1 only.
+  std::shared_ptr<exec::ProcessGroup> group;
+  int rank() const { return group ? group->rank() : 0; }
+  bool leader() const { return rank() == 0; }  // writes the run's files and logs
+  bool feeds_data() const { return rank() == 0; }
 };
 
 void check_options(const TrainOptions& o) {
@@ -130,11 +137,16 @@ std::string describe_units(const models::Model& model, size_t begin, size_t end)
   return c10::str(model.units[begin].name, "..", model.units[end - 1].name);
 }
 
-void build(Run& run) {
+// group: where this process sits when the run uses --executor processes; null to run every
+// partition here (evaluate_run).
+void build(Run& run, const exec::ProcessGroupOptions* group = nullptr) {
   const TrainOptions& o = run.options;
   check_options(o);
   // Fail on cheap checks before loading data.
-  exec::make_executor(o.executor());
+  const bool processes = o.executor() == "processes";
+  if (!processes) exec::make_executor(o.executor());
+  const exec::ProcessGroupOptions where =
+      processes && group ? group->resolved() : exec::ProcessGroupOptions();
   run.data = data::load_dataset(o.data());
   if (o.train_subset() > 0) run.data.train = run.data.train.subset(o.train_subset());
   if (o.test_subset() > 0) run.data.test = run.data.test.subset(o.test_subset());
@@ -163,6 +175,9 @@ void build(Run& run) {
   run.model = models::make_model(o.model(), input);
   run.plan = partition::make_plan(run.model, partition::parse_ppv(o.pipeline()));
   const int K = run.plan.num_partitions();
+  SP_CHECK_ARG(!processes || !group || where.world_size() == K, "--executor processes: WORLD_SIZE ",
+               where.world_size(), " but --pipeline ", o.pipeline(), " gives ", K,
+               " partitions; start one rank per partition (stalepipe launch --nproc ", K, ")");
 
   run.steps_per_epoch = run.train_loader->batches_per_epoch();
   run.total_steps = o.epochs() * run.steps_per_epoch;
@@ -197,7 +212,13 @@ void build(Run& run) {
   for (const auto& [begin, end] : run.plan.unit_ranges) {
     run.report.units.push_back(describe_units(run.model, begin, end));
   }
-  run.executor = exec::make_executor(o.executor());
+  if (processes && group) {
+    // Rendezvous last: every cheap check has passed on this rank.
+    run.group = std::make_shared<exec::ProcessGroup>(where, config_hash(o));
+    run.executor = exec::make_processes_executor(run.group);
+  } else {
+    run.executor = exec::make_executor(processes ? "emulated" : o.executor());
+  }
 
   // Staleness and memory as the schedule implies them, from a segment long enough to reach
   // the steady state.
@@ -211,6 +232,15 @@ void build(Run& run) {
   run.report.stale_weight_percent = partition::stale_weight_percent(run.plan, run.report.staleness);
 }
 
+// --executor processes: gives every rank the last rank's values of `values` (doubles).
+void share_from_last_rank(Run& run, std::vector<double*> values) {
+  if (!run.group) return;
+  auto t = torch::zeros({static_cast<int64_t>(values.size())}, torch::kDouble);
+  for (size_t i = 0; i < values.size(); ++i) t[i] = *values[i];
+  run.group->broadcast(t, run.group->size() - 1);
+  for (size_t i = 0; i < values.size(); ++i) *values[i] = t[i].item<double>();
+}
+
 std::pair<double, double> evaluate(Run& run) {
   at::set_num_threads(run.threads);
   torch::NoGradGuard no_grad;
@@ -218,17 +248,30 @@ std::pair<double, double> evaluate(Run& run) {
   int64_t correct = 0, samples = 0;
   const auto order = run.test_loader->epoch_order(0);
   for (int64_t b = 0; b < run.test_loader->batches_per_epoch(); ++b) {
-    const data::Batch batch = run.test_loader->batch(0, b, order);
-    const torch::Tensor x = run.pipeline->predict(batch.x);
-    const torch::Tensor y = batch.y.to(x.device());
+    torch::Tensor x, y;
+    if (run.group) {
+      // Through the pipeline ranks; only the last one sees logits and labels.
+      data::Batch batch;
+      if (run.feeds_data()) batch = run.test_loader->batch(0, b, order);
+      auto out = exec::predict_distributed(*run.group, run.pipeline->stage(run.rank()), batch.x,
+                                           batch.y, b);
+      if (!out.logits.defined()) continue;
+      x = out.logits;
+      y = out.labels.to(x.device());
+    } else {
+      const data::Batch batch = run.test_loader->batch(0, b, order);
+      x = run.pipeline->predict(batch.x);
+      y = batch.y.to(x.device());
+    }
     loss_sum += torch::nn::functional::cross_entropy(
                     x, y, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
                     .item<double>();
     correct += x.argmax(1).eq(y).sum().item<int64_t>();
     samples += y.size(0);
   }
-  return {loss_sum / static_cast<double>(samples),
-          static_cast<double>(correct) / static_cast<double>(samples)};
+  double correct_d = static_cast<double>(correct), samples_d = static_cast<double>(samples);
+  share_from_last_rank(run, {&loss_sum, &correct_d, &samples_d});
+  return {loss_sum / samples_d, correct_d / samples_d};
 }
 
 void log_line(const TrainHooks& hooks, Progress& progress, const std::string& line) {
@@ -278,9 +321,11 @@ std::vector<EpochMetrics> reload_metrics(const std::string& path, int64_t epochs
   return kept;
 }
 
-TrainResult run_training(Run& run, const CheckpointInfo* from, const TrainHooks& hooks) {
+TrainResult run_training(Run& run, const CheckpointInfo* from, const TrainHooks& all_hooks) {
   const TrainOptions& o = run.options;
   const std::string out = o.out();
+  TrainHooks hooks = all_hooks;
+  if (!run.leader()) hooks.log = [](const std::string&) {};  // rank 0 speaks for the group
   const int K = run.plan.num_partitions();
   const std::string hash = config_hash(o);
   TrainResult result;
@@ -289,9 +334,10 @@ TrainResult run_training(Run& run, const CheckpointInfo* from, const TrainHooks&
 
   if (!out.empty()) {
     fs::create_directories(out);
-    if (!from) write_file_atomic((fs::path(out) / "config.json").string(), to_json(o).dump(2) + "\n");
+    if (!from && run.leader()) write_file_atomic((fs::path(out) / "config.json").string(), to_json(o).dump(2) + "\n");
   }
-  const std::string metrics_path = out.empty() ? "" : (fs::path(out) / "metrics.jsonl").string();
+  const std::string metrics_path =
+      out.empty() || !run.leader() ? "" : (fs::path(out) / "metrics.jsonl").string();
 
   int64_t step = 0, first_epoch = 0;
   double wall_before = 0;
@@ -299,7 +345,7 @@ TrainResult run_training(Run& run, const CheckpointInfo* from, const TrainHooks&
     step = from->step;
     first_epoch = from->epochs_done;
     wall_before = from->wall_seconds;
-    result.epochs = reload_metrics(metrics_path, from->epochs_done);
+    if (!metrics_path.empty()) result.epochs = reload_metrics(metrics_path, from->epochs_done);
   } else if (!metrics_path.empty()) {
     write_file_atomic(metrics_path, "");
   }
@@ -337,6 +383,16 @@ TrainResult run_training(Run& run, const CheckpointInfo* from, const TrainHooks&
     samples = from->epoch_samples;
     epoch_seconds = from->epoch_seconds;
   }
+  // With processes, the losses arrive at the last rank only: every rank takes its totals.
+  auto sync_epoch_totals = [&] {
+    if (!run.group) return;
+    double correct_d = static_cast<double>(correct), samples_d = static_cast<double>(samples);
+    const double before = samples_d;
+    share_from_last_rank(run, {&loss_sum, &correct_d, &samples_d});
+    correct = static_cast<int64_t>(correct_d);
+    samples = static_cast<int64_t>(samples_d);
+    session_samples += samples_d - before;
+  };
   auto save = [&](int64_t at_step, int64_t epochs_done) {
     if (out.empty()) return;
     CheckpointInfo info;
@@ -346,12 +402,19 @@ TrainResult run_training(Run& run, const CheckpointInfo* from, const TrainHooks&
     info.config_hash = hash;
     info.wall_seconds = wall;
     if (epochs_done * run.steps_per_epoch < at_step) {  // mid-epoch
+      sync_epoch_totals();
       info.epoch_loss_sum = loss_sum;
       info.epoch_correct = correct;
       info.epoch_samples = samples;
       info.epoch_seconds = epoch_seconds;
     }
-    save_checkpoint(out, run.pipeline->stages(), info);
+    if (!run.group) {
+      save_checkpoint(out, run.pipeline->stages(), info);
+    } else {
+      save_checkpoint_shard(out, run.pipeline->stage(run.rank()), run.rank(), K, info);
+      run.group->barrier();  // every shard of this step is written
+      if (run.leader()) write_checkpoint_manifest(out, K, info);
+    }
     if (hooks.on_checkpoint) hooks.on_checkpoint(at_step);
   };
 
@@ -371,11 +434,13 @@ TrainResult run_training(Run& run, const CheckpointInfo* from, const TrainHooks&
           sequential ? schedule::ScheduleKind::kSequential : schedule::ScheduleKind::kStale, K,
           step, segment_end);
 
-      data::Prefetcher prefetch(*run.train_loader, epoch, step - epoch_begin,
-                                segment_end - epoch_begin);
+      std::optional<data::Prefetcher> prefetch;  // only the rank that feeds partition 1 reads
+      if (run.feeds_data()) {
+        prefetch.emplace(*run.train_loader, epoch, step - epoch_begin, segment_end - epoch_begin);
+      }
       exec::SegmentContext context;
       context.input = [&](int64_t t) {
-        auto batch = prefetch.next();
+        auto batch = prefetch->next();
         SP_CHECK(batch && batch->index == t - epoch_begin, "data loader out of step at mini-batch ", t);
         return exec::Input{batch->x, batch->y};
       };
@@ -413,6 +478,7 @@ TrainResult run_training(Run& run, const CheckpointInfo* from, const TrainHooks&
       }
     }
 
+    sync_epoch_totals();
     EpochMetrics m;
     m.epoch = epoch + 1;
     m.step = step;
@@ -449,7 +515,7 @@ TrainResult run_training(Run& run, const CheckpointInfo* from, const TrainHooks&
   result.images_per_second = session_seconds > 0 ? session_samples / session_seconds : 0;
   result.parameters = run.pipeline->parameters();
 
-  if (!out.empty()) {
+  if (!out.empty() && run.leader()) {
     nlohmann::json summary = {
         {"model", o.model()},
         {"dataset", o.data()},
@@ -489,7 +555,7 @@ TrainResult train(const TrainOptions& options, const TrainHooks& hooks) {
                options.out(), " or choose another directory");
   Run run;
   run.options = options;
-  build(run);
+  build(run, &hooks.process_group);
   return run_training(run, nullptr, hooks);
 }
 
@@ -505,8 +571,11 @@ TrainResult resume(const std::string& run_dir, const TrainHooks& hooks) {
   Run run;
   run.options = options_from_json(json, config_path);
   run.options.out(run_dir);
-  build(run);
-  const CheckpointInfo info = load_checkpoint(run_dir, run.pipeline->stages());
+  build(run, &hooks.process_group);
+  const CheckpointInfo info =
+      run.group ? load_checkpoint_shard(run_dir, run.pipeline->stage(run.rank()), run.rank(),
+                                        run.pipeline->num_stages())
+                : load_checkpoint(run_dir, run.pipeline->stages());
   SP_CHECK(info.config_hash == config_hash(run.options), "--resume ", run_dir,
            ": the checkpoint was written with different settings than config.json");
   return run_training(run, &info, hooks);

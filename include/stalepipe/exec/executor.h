@@ -3,6 +3,7 @@
 //   emulated - one thread runs every operation in schedule::global_order(). The reference:
 //              the other executors must reproduce its parameters bit for bit on CPU.
 //   threads  - one thread per partition, pipeline registers as bounded channels.
+//   processes - one process (rank) per partition over c10d Gloo; see exec/processes.h.
 //
 // All executors share one worker loop (each worker walks its own operation list), so they
 // differ only in how tensors travel between workers and in what runs concurrently.
@@ -61,7 +62,8 @@ class Executor {
                             const SegmentContext& context) = 0;
 };
 
-// "emulated" | "threads". Throws UsageError for other names.
+// "emulated" | "threads". Throws UsageError for other names, and for "processes", which needs
+// a process group (make_processes_executor in exec/processes.h).
 std::unique_ptr<Executor> make_executor(const std::string& name);
 std::vector<std::string> executor_names();
 

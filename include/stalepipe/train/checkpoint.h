@@ -7,6 +7,12 @@
 // Saving writes the shards, then replaces manifest.json atomically, then removes older shard
 // folders; a crash at any moment leaves the previous manifest and the shards it names intact.
 //
+// Each shard also records the step and partition it belongs to ("stalepipe.step",
+// "stalepipe.partition", "stalepipe.partitions"), so loading rejects a manifest whose shards
+// disagree with it or with each other. With `--executor processes` every rank writes its own
+// shard (save_checkpoint_shard), and rank 0 writes the manifest after a barrier
+// (write_checkpoint_manifest).
+//
 // Checkpoints are taken only when the pipeline is drained (no mini-batch in flight), so
 // weights, optimizer state and data position are all a resumed run needs (docs/design.md).
 #pragma once
@@ -36,6 +42,17 @@ struct CheckpointInfo {
 void save_checkpoint(const std::string& run_dir, const std::vector<exec::Stage*>& stages,
                      const CheckpointInfo& info);
 
+// One partition's shard of the checkpoint at info.step (partition: 0-based, of `partitions`).
+// Writes DIR/checkpoint/step-<S>/part-<partition+1>.pt atomically. Throws RuntimeError on I/O
+// failure or when the stage still has mini-batches in flight.
+void save_checkpoint_shard(const std::string& run_dir, exec::Stage& stage, int partition,
+                           int partitions, const CheckpointInfo& info);
+
+// Replaces the manifest with one naming the `partitions` shards of info.step, then removes
+// older shard folders. Call it once every shard of info.step is written.
+void write_checkpoint_manifest(const std::string& run_dir, int partitions,
+                               const CheckpointInfo& info);
+
 bool has_checkpoint(const std::string& run_dir);
 
 // Loads the manifest only.
@@ -45,5 +62,10 @@ CheckpointInfo read_checkpoint_info(const std::string& run_dir);
 // manifest is missing or corrupt, names shards that do not exist, or disagrees with the
 // stages (number of partitions, tensor names or shapes).
 CheckpointInfo load_checkpoint(const std::string& run_dir, const std::vector<exec::Stage*>& stages);
+
+// Loads only partition `partition` (0-based) of a checkpoint of `partitions` partitions into
+// `stage`; the other shards are not read. Same checks as load_checkpoint for that shard.
+CheckpointInfo load_checkpoint_shard(const std::string& run_dir, exec::Stage& stage, int partition,
+                                     int partitions);
 
 }  // namespace stalepipe::train

@@ -15,6 +15,7 @@
 
 #include <torch/types.h>
 
+#include "stalepipe/exec/processes.h"
 #include "stalepipe/train/options.h"
 
 namespace stalepipe::train {
@@ -58,6 +59,13 @@ struct TrainHooks {
   std::function<void(const std::string&)> log;  // one human-readable line; default: stderr
   // Called after each checkpoint is safely on disk, with the step it resumes at.
   std::function<void(int64_t step)> on_checkpoint;
+  // With --executor processes: this process's rank and the rendezvous (unset fields come from
+  // RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT). Rank r trains partition r+1; WORLD_SIZE must
+  // equal the number of partitions. Rank 0 writes config.json, metrics.jsonl, summary.json and
+  // the checkpoint manifest and logs; every rank writes its own checkpoint shard; the metrics
+  // (computed on the last rank) reach every rank, so every rank returns the same TrainResult
+  // except `parameters`, of which only the rank's own partition is trained.
+  exec::ProcessGroupOptions process_group;
 };
 
 // Runs (or, with resume_dir non-empty, continues) a training run. Throws UsageError for bad

@@ -1,0 +1,110 @@
+// The processes executor: partition k runs in rank k-1 of a process group of K ranks, over
+// c10d's TCPStore (rendezvous) and ProcessGroupGloo (point-to-point messages, CPU tensors).
+//
+// Every rank builds the same model and stages; rank r runs only worker r's operation list of
+// the same schedule the other executors run, so the results equal the emulated executor's bit
+// for bit on CPU. Rank 0 reads the data and feeds partition 1; the labels travel with the
+// activations rank by rank to the last partition.
+//
+// Messages: each register value is a fixed-size int64 header (step, stop flag, dtype, shape)
+// followed by the payload; tags carry the step, so matching never depends on arrival order.
+// Sends are asynchronous (a send completes only once the peer posts its receive, so a blocking
+// send could deadlock against the stale schedule); a rank waits for them at segment end.
+//
+// Failures: every wait is bounded by timeout_seconds. A peer that closed its connection (died)
+// or did not answer in time becomes RuntimeError "rank 2 (partition 3) did not answer within
+// 60 s: ..." naming the peer; the rank then exits and its own peers see it disappear.
+// Threading: a ProcessGroup is used by one thread at a time.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include <torch/arg.h>
+#include <torch/types.h>
+
+#include "stalepipe/exec/executor.h"
+
+namespace stalepipe::exec {
+
+// Where this process sits in the group; torchrun's conventions.
+struct ProcessGroupOptions {
+  TORCH_ARG(int, rank) = -1;                        // -1: from $RANK
+  TORCH_ARG(int, world_size) = -1;                  // -1: from $WORLD_SIZE
+  TORCH_ARG(std::string, master_addr) = "";         // empty: $MASTER_ADDR, else 127.0.0.1
+  TORCH_ARG(int, master_port) = -1;                 // -1: $MASTER_PORT, else 29500
+  TORCH_ARG(int, timeout_seconds) = 60;             // bound on every wait for a peer
+
+ public:  // TORCH_ARG leaves the struct in private:
+  // Fills the fields left at their "unset" value from the environment. Throws UsageError if a
+  // variable is malformed or the rank is outside [0, world_size).
+  ProcessGroupOptions resolved() const;
+};
+
+class ProcessGroup {
+ public:
+  // Rendezvous: rank 0 serves the TCPStore on master_addr:master_port; every rank writes its
+  // config_hash and waits up to timeout_seconds for all ranks, then compares with rank 0's.
+  // Throws RuntimeError for a port in use, an unreachable master, missing ranks (named) or a
+  // configuration mismatch (both hashes named).
+  ProcessGroup(const ProcessGroupOptions& options, const std::string& config_hash);
+  // A group that failed is abandoned, not torn down: Gloo's destructor may wait for peers
+  // that are gone.
+  ~ProcessGroup();
+  ProcessGroup(const ProcessGroup&) = delete;
+  ProcessGroup& operator=(const ProcessGroup&) = delete;
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  std::chrono::milliseconds timeout() const { return timeout_; }
+
+  // Asynchronous send of a contiguous CPU copy of `tensor` to rank `dst` under `tag`.
+  void send(const torch::Tensor& tensor, int dst, int tag);
+  // Blocking receive into `tensor` (contiguous CPU) from rank `src` under `tag`.
+  void recv(torch::Tensor& tensor, int src, int tag);
+  // A tensor of any dtype and shape: header then payload (two tags: tag, tag + 1).
+  void send_tensor(const torch::Tensor& tensor, int dst, int tag, int64_t step, bool stop = false);
+  // Returns {step, stop, tensor} (tensor undefined when the sender sent an undefined one).
+  struct Received {
+    int64_t step = 0;
+    bool stop = false;
+    torch::Tensor tensor;
+  };
+  Received recv_tensor(int src, int tag);
+  // Waits for every send still in flight.
+  void flush();
+  // Gives `tensor` (same shape and dtype on every rank, CPU) rank `root`'s value.
+  void broadcast(torch::Tensor& tensor, int root);
+  void barrier();
+  // Marks the group failed (see the destructor).
+  void mark_failed() { failed_ = true; }
+
+ private:
+  [[noreturn]] void fail(int peer, const std::string& what, const std::exception& e);
+
+  int rank_ = 0, size_ = 1;
+  std::chrono::milliseconds timeout_{60000};
+  struct Impl;  // the c10d objects; keeps Gloo's headers out of this one
+  std::unique_ptr<Impl> impl_;
+  bool failed_ = false;
+};
+
+// The executor for `--executor processes` in the process of rank group->rank(): run() runs
+// worker rank's operations on stages[rank]; the other stages stay untouched.
+std::unique_ptr<Executor> make_processes_executor(std::shared_ptr<ProcessGroup> group);
+
+// Evaluation forward through the pipeline ranks: rank 0 passes the input batch and its labels,
+// the other ranks undefined tensors. The last rank gets the logits (eval mode, no graph) and
+// the labels (sent straight from rank 0); the others get undefined tensors. `index` numbers
+// the batches of one pass (it goes into the message tags).
+struct DistributedPrediction {
+  torch::Tensor logits;
+  torch::Tensor labels;
+};
+DistributedPrediction predict_distributed(ProcessGroup& group, Stage& stage,
+                                          const torch::Tensor& input, const torch::Tensor& labels,
+                                          int64_t index);
+
+}  // namespace stalepipe::exec

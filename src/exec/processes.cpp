@@ -1,0 +1,459 @@
+// One rank per partition over c10d (TCPStore + ProcessGroupGloo); see exec/processes.h.
+//
+// Debian's LibTorch is built with Gloo, but ProcessGroupGloo.hpp hides its contents unless
+// USE_C10D_GLOO is defined; only this file includes it.
+#ifndef USE_C10D_GLOO
+#define USE_C10D_GLOO 1
+#endif
+#include "stalepipe/exec/processes.h"
+
+#include <condition_variable>
+#include <cstdlib>
+#include <deque>
+#include <mutex>
+#include <thread>
+
+#include <ATen/Parallel.h>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include "stalepipe/common/error.h"
+#include "worker_impl.h"
+
+namespace stalepipe::exec {
+namespace {
+
+constexpr int64_t kHeaderSize = 12;  // step, stop, defined, dtype, ndim, dims[0..6]
+constexpr int64_t kMaxDims = 7;
+
+int env_int(const char* name, int fallback) {
+  const char* value = std::getenv(name);
+  if (!value || !*value) return fallback;
+  char* end = nullptr;
+  const long parsed = std::strtol(value, &end, 10);
+  SP_CHECK_ARG(end && *end == '\0' && parsed >= 0 && parsed <= 1 << 20, "$", name, "=", value,
+               ": expected a non-negative integer");
+  return static_cast<int>(parsed);
+}
+
+std::string describe(int rank) {
+  return rank < 0 ? std::string("a rank") : c10::str("rank ", rank, " (partition ", rank + 1, ")");
+}
+
+bool is_loopback(const std::string& addr) {
+  return addr == "localhost" || addr.rfind("127.", 0) == 0 || addr == "::1";
+}
+
+}  // namespace
+
+ProcessGroupOptions ProcessGroupOptions::resolved() const {
+  ProcessGroupOptions o = *this;
+  if (o.rank() < 0) o.rank(env_int("RANK", -1));
+  if (o.world_size() < 0) o.world_size(env_int("WORLD_SIZE", -1));
+  if (o.master_addr().empty()) {
+    const char* addr = std::getenv("MASTER_ADDR");
+    o.master_addr(addr && *addr ? addr : "127.0.0.1");
+  }
+  if (o.master_port() < 0) o.master_port(env_int("MASTER_PORT", 29500));
+  SP_CHECK_ARG(o.world_size() >= 1, "--executor processes needs the number of ranks: set "
+               "WORLD_SIZE (or --world-size), or start the ranks with `stalepipe launch --nproc K`");
+  SP_CHECK_ARG(o.rank() >= 0 && o.rank() < o.world_size(), "--executor processes: rank ",
+               o.rank(), " is outside 0..", o.world_size() - 1,
+               "; set RANK (or --rank) for every process");
+  SP_CHECK_ARG(o.master_port() >= 1 && o.master_port() <= 65535, "master port ", o.master_port(),
+               " is not a TCP port (1..65535)");
+  SP_CHECK_ARG(o.timeout_seconds() >= 1, "--timeout-seconds must be >= 1, got ",
+               o.timeout_seconds());
+  return o;
+}
+
+// A send still in flight: the tensor must outlive it.
+struct PendingSend {
+  torch::Tensor tensor;
+  c10::intrusive_ptr<c10d::Work> work;
+  int peer = 0;
+};
+
+struct ProcessGroup::Impl {
+  c10::intrusive_ptr<c10d::Store> store;
+  c10::intrusive_ptr<c10d::ProcessGroupGloo> group;
+  // Sends are posted at once and waited for, in order, by the reaper thread, which only
+  // releases their tensors: delivery never waits for the reaper.
+  std::mutex mutex;
+  std::condition_variable changed;
+  std::deque<PendingSend> pending;
+  bool busy = false, closing = false;
+  std::string error;  // first failure of a send, with the peer named
+  std::thread reaper;
+
+  void reap(std::chrono::milliseconds timeout, int timeout_seconds) {
+    std::unique_lock<std::mutex> lock(mutex);
+    for (;;) {
+      changed.wait(lock, [&] { return closing || !pending.empty(); });
+      if (pending.empty()) return;
+      PendingSend send = std::move(pending.front());
+      pending.pop_front();
+      busy = true;
+      lock.unlock();
+      std::string failure;
+      try {
+        if (!send.work->wait(timeout)) throw std::runtime_error("the send was aborted");
+      } catch (const std::exception& e) {
+        failure = c10::str(describe(send.peer), " did not take a message within ",
+                           timeout_seconds, " s (it died, hangs or failed): ", e.what());
+      }
+      send = PendingSend();
+      lock.lock();
+      busy = false;
+      if (!failure.empty() && error.empty()) error = failure;
+      changed.notify_all();
+    }
+  }
+};
+
+ProcessGroup::ProcessGroup(const ProcessGroupOptions& options, const std::string& config_hash)
+    : impl_(std::make_unique<Impl>()) {
+  const ProcessGroupOptions o = options.resolved();
+  rank_ = o.rank();
+  size_ = o.world_size();
+  timeout_ = std::chrono::seconds(o.timeout_seconds());
+  const std::string where = c10::str(o.master_addr(), ":", o.master_port());
+
+  c10d::TCPStoreOptions store_options;
+  store_options.port = static_cast<uint16_t>(o.master_port());
+  store_options.isServer = rank_ == 0;
+  store_options.numWorkers = size_;
+  store_options.waitWorkers = false;  // the hash exchange below waits, and names who is missing
+  store_options.timeout = timeout_;
+  try {
+    impl_->store = c10::make_intrusive<c10d::TCPStore>(o.master_addr(), store_options);
+  } catch (const std::exception& e) {
+    if (rank_ == 0) {
+      throw RuntimeError(c10::str("rank 0 cannot serve the rendezvous on ", where,
+                                  " (is the port already in use? choose another MASTER_PORT or "
+                                  "--master-port): ", e.what()));
+    }
+    throw RuntimeError(c10::str("rank ", rank_, " cannot reach the master (rank 0) at ", where,
+                                " within ", o.timeout_seconds(),
+                                " s; check MASTER_ADDR/MASTER_PORT and that rank 0 runs: ",
+                                e.what()));
+  }
+
+  // Configuration check: every rank publishes its hash, then compares all of them.
+  auto key = [](int r) { return c10::str("stalepipe/config/", r); };
+  impl_->store->set(key(rank_), std::vector<uint8_t>(config_hash.begin(), config_hash.end()));
+  std::vector<std::string> keys;
+  for (int r = 0; r < size_; ++r) keys.push_back(key(r));
+  try {
+    impl_->store->wait(keys, timeout_);
+  } catch (const std::exception& e) {
+    std::string missing;
+    try {
+      for (int r = 0; r < size_; ++r) {
+        if (!impl_->store->check({key(r)})) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+      }
+    } catch (const std::exception&) {
+      missing = "unknown (the master is gone)";
+    }
+    throw RuntimeError(c10::str("rank ", rank_, ": rendezvous at ", where, " incomplete after ",
+                                o.timeout_seconds(), " s; missing rank(s): ", missing,
+                                " of WORLD_SIZE ", size_));
+  }
+  std::string mismatch;
+  for (int r = 0; r < size_ && mismatch.empty(); ++r) {
+    const auto bytes = impl_->store->get(key(r));
+    const std::string other(bytes.begin(), bytes.end());
+    if (other != config_hash) {
+      mismatch = c10::str("rank ", rank_, ": rank ", r,
+                          " was started with a different configuration (config hash ", other,
+                          ", this rank ", config_hash,
+                          "); start every rank with the same training flags");
+    }
+  }
+  // Rank 0 serves the store: it stays until every rank has compared, so that each one can
+  // report the mismatch itself rather than a lost master.
+  impl_->store->add("stalepipe/compared", 1);
+  if (rank_ == 0) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout_;
+    while (impl_->store->add("stalepipe/compared", 0) < size_ &&
+           std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
+  if (!mismatch.empty()) throw RuntimeError(mismatch);
+
+  auto gloo_options = c10d::ProcessGroupGloo::Options::create(timeout_);
+  try {
+    if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME"); ifname && *ifname) {
+      gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(ifname));
+    } else if (is_loopback(o.master_addr())) {
+      gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+    } else {
+      gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
+    }
+    impl_->group = c10::make_intrusive<c10d::ProcessGroupGloo>(
+        c10::make_intrusive<c10d::PrefixStore>("gloo", impl_->store), rank_, size_, gloo_options);
+  } catch (const std::exception& e) {
+    throw RuntimeError(c10::str("rank ", rank_, ": cannot connect the Gloo process group (",
+                                size_, " ranks, rendezvous ", where, "): ", e.what()));
+  }
+  impl_->reaper = std::thread([impl = impl_.get(), t = timeout_, s = o.timeout_seconds()] {
+    impl->reap(t, s);
+  });
+}
+
+ProcessGroup::~ProcessGroup() {
+  {
+    std::lock_guard<std::mutex> lock(impl_->mutex);
+    impl_->closing = true;
+    if (failed_) impl_->pending.clear();
+  }
+  impl_->changed.notify_all();
+  if (failed_) {
+    // Peers are gone or broken: Gloo's teardown could wait for them. The process is about to
+    // report the error and exit, so the group is left as it is.
+    impl_->reaper.detach();
+    (void)impl_.release();
+    return;
+  }
+  impl_->reaper.join();
+}
+
+[[noreturn]] void ProcessGroup::fail(int peer, const std::string& what, const std::exception& e) {
+  failed_ = true;
+  const std::string message = e.what();
+  const bool timed_out = message.find("imed out") != std::string::npos ||
+                         message.find("imeout") != std::string::npos;
+  throw RuntimeError(c10::str(describe(peer),
+                              timed_out ? c10::str(" did not answer within ", timeout_.count() / 1000, " s")
+                                        : std::string(" is gone (connection lost; it died or failed)"),
+                              " while this rank (", rank_, ") waited to ", what, ": ", message));
+}
+
+void ProcessGroup::send(const torch::Tensor& tensor, int dst, int tag) {
+  {
+    std::lock_guard<std::mutex> lock(impl_->mutex);
+    if (!impl_->error.empty()) {
+      failed_ = true;
+      throw RuntimeError(impl_->error);
+    }
+  }
+  std::vector<at::Tensor> tensors{tensor.to(torch::kCPU).contiguous()};
+  PendingSend pending;
+  try {
+    pending.work = impl_->group->send(tensors, dst, tag);
+  } catch (const std::exception& e) {
+    fail(dst, "send", e);
+  }
+  pending.tensor = tensors[0];
+  pending.peer = dst;
+  {
+    std::lock_guard<std::mutex> lock(impl_->mutex);
+    impl_->pending.push_back(std::move(pending));
+  }
+  impl_->changed.notify_all();
+}
+
+void ProcessGroup::recv(torch::Tensor& tensor, int src, int tag) {
+  std::vector<at::Tensor> tensors{tensor};
+  try {
+    // Gloo ends a receive whose peer closed the connection without an exception but reports
+    // it as not completed.
+    if (!impl_->group->recv(tensors, src, tag)->wait(timeout_)) {
+      throw std::runtime_error("the receive was aborted (connection closed)");
+    }
+  } catch (const std::exception& e) {
+    fail(src, "receive", e);
+  }
+}
+
+void ProcessGroup::send_tensor(const torch::Tensor& tensor, int dst, int tag, int64_t step,
+                               bool stop) {
+  auto header = torch::zeros({kHeaderSize}, torch::kLong);
+  auto h = header.accessor<int64_t, 1>();
+  h[0] = step;
+  h[1] = stop ? 1 : 0;
+  const bool payload = tensor.defined() && !stop;
+  h[2] = payload ? 1 : 0;
+  if (payload) {
+    SP_CHECK(tensor.dim() <= kMaxDims, "cannot send a tensor of ", tensor.dim(), " dimensions");
+    h[3] = static_cast<int64_t>(tensor.scalar_type());
+    h[4] = tensor.dim();
+    for (int64_t d = 0; d < tensor.dim(); ++d) h[5 + d] = tensor.size(d);
+  }
+  send(header, dst, tag);
+  if (payload) send(tensor, dst, tag + 1);
+}
+
+ProcessGroup::Received ProcessGroup::recv_tensor(int src, int tag) {
+  auto header = torch::zeros({kHeaderSize}, torch::kLong);
+  recv(header, src, tag);
+  auto h = header.accessor<int64_t, 1>();
+  Received r;
+  r.step = h[0];
+  r.stop = h[1] != 0;
+  if (h[2] != 0) {
+    std::vector<int64_t> shape(h[4]);
+    for (int64_t d = 0; d < h[4]; ++d) shape[d] = h[5 + d];
+    r.tensor = torch::empty(shape, torch::TensorOptions().dtype(static_cast<c10::ScalarType>(h[3])));
+    recv(r.tensor, src, tag + 1);
+  }
+  return r;
+}
+
+void ProcessGroup::flush() {
+  std::unique_lock<std::mutex> lock(impl_->mutex);
+  impl_->changed.wait(lock, [&] { return impl_->pending.empty() && !impl_->busy; });
+  if (!impl_->error.empty()) {
+    failed_ = true;
+    throw RuntimeError(impl_->error);
+  }
+}
+
+void ProcessGroup::broadcast(torch::Tensor& tensor, int root) {
+  std::vector<at::Tensor> tensors{tensor};
+  c10d::BroadcastOptions options;
+  options.rootRank = root;
+  try {
+    if (!impl_->group->broadcast(tensors, options)->wait(timeout_)) {
+      throw std::runtime_error("the broadcast was aborted");
+    }
+  } catch (const std::exception& e) {
+    fail(-1, c10::str("receive a broadcast from rank ", root), e);
+  }
+}
+
+void ProcessGroup::barrier() {
+  try {
+    if (!impl_->group->barrier()->wait(timeout_)) throw std::runtime_error("the barrier was aborted");
+  } catch (const std::exception& e) {
+    fail(-1, "pass a barrier", e);
+  }
+}
+
+namespace {
+
+// Tags: 8 per step (activation, labels, gradient; header and payload each); evaluation
+// batches use a range of their own.
+enum Slot { kActivation = 0, kLabels = 2, kGradient = 4 };
+int step_tag(int64_t step, Slot slot) { return static_cast<int>((step % (1 << 25)) * 8 + slot); }
+int eval_tag(int64_t index, Slot slot) {
+  return (1 << 29) + static_cast<int>((index % (1 << 24)) * 8 + slot);
+}
+
+// Worker `rank`'s links over the group. recv_* do not get the step, so the links follow the
+// worker's operation list: the n-th receive of an activation belongs to the n-th forward
+// (a stopped segment skips only a suffix of forwards and backwards).
+class GroupLinks final : public detail::Links {
+ public:
+  GroupLinks(ProcessGroup& group, const schedule::Schedule& schedule, int rank) : group_(group) {
+    for (const auto& op : schedule.worker_ops[rank]) {
+      if (op.kind == schedule::OpKind::kForward) forward_steps_.push_back(op.step);
+      if (op.kind == schedule::OpKind::kBackward) backward_steps_.push_back(op.step);
+    }
+  }
+  detail::Message recv_activation(int worker) override {
+    const int64_t step = next(forward_steps_, next_forward_);
+    auto in = group_.recv_tensor(worker - 1, step_tag(step, kActivation));
+    detail::Message m;
+    m.step = in.step;
+    m.stop = in.stop;
+    m.tensor = std::move(in.tensor);
+    if (!m.stop) m.labels = group_.recv_tensor(worker - 1, step_tag(step, kLabels)).tensor;
+    return m;
+  }
+  void send_activation(int worker, detail::Message m) override {
+    group_.send_tensor(m.tensor, worker + 1, step_tag(m.step, kActivation), m.step, m.stop);
+    if (!m.stop) group_.send_tensor(m.labels, worker + 1, step_tag(m.step, kLabels), m.step);
+  }
+  detail::Message recv_gradient(int worker) override {
+    const int64_t step = next(backward_steps_, next_backward_);
+    auto in = group_.recv_tensor(worker + 1, step_tag(step, kGradient));
+    detail::Message m;
+    m.step = in.step;
+    m.tensor = std::move(in.tensor);
+    return m;
+  }
+  void send_gradient(int worker, detail::Message m) override {
+    group_.send_tensor(m.tensor, worker - 1, step_tag(m.step, kGradient), m.step);
+  }
+
+ private:
+  static int64_t next(const std::vector<int64_t>& steps, size_t& i) {
+    SP_CHECK(i < steps.size(), "processes executor: more messages than the schedule has operations");
+    return steps[i++];
+  }
+  ProcessGroup& group_;
+  std::vector<int64_t> forward_steps_, backward_steps_;
+  size_t next_forward_ = 0, next_backward_ = 0;
+};
+
+class ProcessesExecutor final : public Executor {
+ public:
+  explicit ProcessesExecutor(std::shared_ptr<ProcessGroup> group) : group_(std::move(group)) {}
+  std::string name() const override { return "processes"; }
+
+  SegmentResult run(const schedule::Schedule& schedule, std::vector<Stage*>& stages,
+                    const SegmentContext& context) override {
+    const int K = schedule.num_workers;
+    const int r = group_->rank();
+    SP_CHECK(K == group_->size(), "schedule has ", K, " workers but the process group has ",
+             group_->size(), " ranks");
+    SP_CHECK(static_cast<int>(stages.size()) == K, "schedule has ", K,
+             " workers but there are ", stages.size(), " partitions");
+    if (r < static_cast<int>(context.threads_per_worker.size()) &&
+        context.threads_per_worker[r] > 0) {
+      at::set_num_threads(context.threads_per_worker[r]);
+    }
+    GroupLinks links(*group_, schedule, r);
+    detail::WorkerLoop loop(schedule, r, *stages[r], links, context);
+    try {
+      for (size_t i = 0; i < loop.num_ops(); ++i) loop.run_op(i);
+      group_->flush();
+    } catch (...) {
+      stages[r]->clear_in_flight();
+      group_->mark_failed();
+      detail::rethrow_with_context(std::current_exception(), r, loop.current_step());
+    }
+    SegmentResult result;
+    result.end_step = loop.cutoff();
+    result.stopped = result.end_step < schedule.end_step;
+    return result;
+  }
+
+ private:
+  std::shared_ptr<ProcessGroup> group_;
+};
+
+}  // namespace
+
+std::unique_ptr<Executor> make_processes_executor(std::shared_ptr<ProcessGroup> group) {
+  SP_CHECK_ARG(group != nullptr, "the processes executor needs a process group");
+  return std::make_unique<ProcessesExecutor>(std::move(group));
+}
+
+DistributedPrediction predict_distributed(ProcessGroup& group, Stage& stage,
+                                          const torch::Tensor& input, const torch::Tensor& labels,
+                                          int64_t index) {
+  const int r = group.rank();
+  const int K = group.size();
+  DistributedPrediction out;
+  try {
+    torch::Tensor x = r == 0 ? input : group.recv_tensor(r - 1, eval_tag(index, kActivation)).tensor;
+    torch::Tensor y = stage.predict(x);
+    if (r + 1 < K) {
+      group.send_tensor(y, r + 1, eval_tag(index, kActivation), index);
+      if (r == 0) group.send_tensor(labels, K - 1, eval_tag(index, kLabels), index);
+      return out;
+    }
+    out.logits = y;
+    out.labels = r == 0 ? labels : group.recv_tensor(0, eval_tag(index, kLabels)).tensor;
+  } catch (...) {
+    group.mark_failed();
+    throw;
+  }
+  return out;
+}
+
+}  // namespace stalepipe::exec

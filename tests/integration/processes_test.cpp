@@ -1,0 +1,313 @@
+// --executor processes through the CLI on loopback: equality with the emulated executor,
+// failure handling (a killed rank, mismatched flags), per-partition checkpoints and resume.
+// Every run is lenet5 on synthetic data; the whole file takes well under a minute.
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <torch/serialize.h>
+
+#include "support/temp_dir.h"
+
+namespace stalepipe::test {
+namespace {
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+// Starts the CLI with `args`, extra environment `env` ("K=V"), output to `log`.
+pid_t spawn(const std::vector<std::string>& args, const std::vector<std::string>& env,
+            const std::string& log) {
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ::dup2(fd, 1);
+    ::dup2(fd, 2);
+    for (const auto& e : env) ::putenv(::strdup(e.c_str()));
+    std::vector<char*> argv{const_cast<char*>(STALEPIPE_BINARY)};
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    ::execv(STALEPIPE_BINARY, argv.data());
+    ::_exit(127);
+  }
+  return pid;
+}
+
+// Exit status (128+signal if killed), or -1 if still running after `seconds` (then killed).
+int wait_for(pid_t pid, double seconds) {
+  const auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
+  for (;;) {
+    int status = 0;
+    if (::waitpid(pid, &status, WNOHANG) == pid) {
+      return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    }
+    if (Clock::now() > deadline) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, &status, 0);
+      return -1;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+nlohmann::json json_file(const std::string& path) { return nlohmann::json::parse(slurp(path)); }
+
+std::vector<std::string> train_args(const std::string& ppv, int partitions, const std::string& out,
+                                    const std::string& executor, int epochs = 2,
+                                    const std::string& data = "synthetic:256") {
+  return {"train", "--model", "lenet5", "--data", data, "--test-subset", "64",
+          "--pipeline", ppv, "--epochs", std::to_string(epochs), "--batch-size", "32",
+          "--threads", std::to_string(partitions), "--threads-per-worker", "1",
+          "--eval-batch-size", "50", "--progress", "none", "--executor", executor,
+          "--out", out};
+}
+
+std::vector<std::string> launch_args(int nproc, std::vector<std::string> rest) {
+  std::vector<std::string> args{"launch", "--nproc", std::to_string(nproc), "--master-port",
+                                std::to_string(free_port()), "--"};
+  args.insert(args.end(), rest.begin(), rest.end());
+  return args;
+}
+
+// Every tensor of every shard of the two runs' checkpoints is bitwise equal.
+::testing::AssertionResult same_checkpoints(const std::string& a, const std::string& b) {
+  const auto ma = json_file(a + "/checkpoint/manifest.json");
+  const auto mb = json_file(b + "/checkpoint/manifest.json");
+  if (ma["step"] != mb["step"] || ma["shards"] != mb["shards"]) {
+    return ::testing::AssertionFailure() << "manifests differ: " << ma.dump() << " vs " << mb.dump();
+  }
+  for (const auto& shard : ma["shards"]) {
+    torch::serialize::InputArchive xa, xb;
+    xa.load_from(a + "/checkpoint/" + shard.get<std::string>());
+    xb.load_from(b + "/checkpoint/" + shard.get<std::string>());
+    const auto keys = xa.keys();
+    if (keys != xb.keys()) return ::testing::AssertionFailure() << shard << ": keys differ";
+    for (const auto& key : keys) {
+      torch::Tensor ta, tb;
+      if (!xa.try_read(key, ta) || !xb.try_read(key, tb)) continue;  // nested archives
+      if (!torch::equal(ta, tb)) {
+        return ::testing::AssertionFailure() << shard << " " << key << " differs";
+      }
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+void expect_same_results(const std::string& a, const std::string& b) {
+  const auto sa = json_file(a + "/summary.json");
+  const auto sb = json_file(b + "/summary.json");
+  for (const char* key : {"test_loss", "test_accuracy", "train_loss", "steps"}) {
+    EXPECT_EQ(sa[key], sb[key]) << key;
+  }
+  EXPECT_TRUE(same_checkpoints(a, b));
+}
+
+class ProcessesEqualEmulated : public ::testing::TestWithParam<std::pair<std::string, int>> {};
+
+TEST_P(ProcessesEqualEmulated, BitForBit) {
+  const auto [ppv, K] = GetParam();
+  TempDir dir;
+  const std::string ref = dir.file("emulated"), run = dir.file("processes");
+  ASSERT_EQ(wait_for(spawn(train_args(ppv, K, ref, "emulated"), {}, dir.file("ref.log")), 60), 0)
+      << slurp(dir.file("ref.log"));
+  ASSERT_EQ(wait_for(spawn(launch_args(K, train_args(ppv, K, run, "processes")), {},
+                           dir.file("run.log")), 60), 0)
+      << slurp(dir.file("run.log"));
+  expect_same_results(ref, run);
+  // Rank 0 writes the run's files; the metrics came from the last rank.
+  std::istringstream ma(slurp(ref + "/metrics.jsonl")), mb(slurp(run + "/metrics.jsonl"));
+  int lines = 0;
+  for (std::string la, lb; std::getline(ma, la) && std::getline(mb, lb); ++lines) {
+    const auto ja = nlohmann::json::parse(la), jb = nlohmann::json::parse(lb);
+    for (const char* key : {"train_loss", "train_accuracy", "test_loss", "test_accuracy"}) {
+      EXPECT_EQ(ja[key], jb[key]) << key << " line " << lines;
+    }
+  }
+  EXPECT_EQ(lines, 2);
+  EXPECT_EQ(json_file(run + "/checkpoint/manifest.json")["shards"].size(), static_cast<size_t>(K));
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, ProcessesEqualEmulated,
+                         ::testing::Values(std::make_pair(std::string("2"), 2),
+                                           std::make_pair(std::string("1,3"), 3)),
+                         [](const auto& info) { return "K" + std::to_string(info.param.second); });
+
+std::vector<std::string> rank_env(int rank, int world, int port) {
+  return {"RANK=" + std::to_string(rank), "WORLD_SIZE=" + std::to_string(world),
+          "MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + std::to_string(port)};
+}
+
+TEST(Processes, KilledRankEndsTheOthersWithinTheBoundNamingIt) {
+  TempDir dir;
+  const int port = free_port();
+  auto args = train_args("1,3", 3, dir.file("run"), "processes", 100000, "synthetic:2048");
+  // A small lr: stale weights at lr 0.05 for an epoch of 64 steps can diverge, which would
+  // end the ranks before the kill.
+  args.insert(args.end(), {"--timeout-seconds", "10", "--lr", "0.005"});
+  std::vector<pid_t> pids;
+  for (int r = 0; r < 3; ++r) {
+    pids.push_back(spawn(args, rank_env(r, 3, port), dir.file("rank" + std::to_string(r) + ".log")));
+  }
+  // Training runs once rank 0 logged the pipeline (after the rendezvous).
+  const auto start = Clock::now();
+  while (slurp(dir.file("rank0.log")).find("pipeline") == std::string::npos) {
+    ASSERT_LT(Clock::now() - start, std::chrono::seconds(30)) << slurp(dir.file("rank0.log"));
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  ::kill(pids[1], SIGKILL);
+  EXPECT_EQ(wait_for(pids[1], 5), 128 + SIGKILL);
+  const auto killed = Clock::now();
+  for (int r : {0, 2}) {
+    const int status = wait_for(pids[r], 10 + 5);
+    const std::string log = slurp(dir.file("rank" + std::to_string(r) + ".log"));
+    EXPECT_NE(status, -1) << "rank " << r << " still ran 15 s after rank 1 died\n" << log;
+    EXPECT_NE(status, 0) << log;
+    EXPECT_NE(log.find("rank 1 (partition 2)"), std::string::npos) << log;
+  }
+  EXPECT_LT(Clock::now() - killed, std::chrono::seconds(15));
+  for (pid_t pid : pids) EXPECT_EQ(::kill(pid, 0), -1) << "pid " << pid << " is still there";
+}
+
+TEST(Processes, LauncherStopsEveryRankWhenOneFails) {
+  TempDir dir;
+  auto args = train_args("2", 2, dir.file("run"), "processes", 100000, "synthetic:2048");
+  // A small lr: stale weights at lr 0.05 for an epoch of 64 steps can diverge, which would
+  // end the ranks before the kill.
+  args.insert(args.end(), {"--timeout-seconds", "10", "--lr", "0.005"});
+  const pid_t launcher = spawn(launch_args(2, args), {}, dir.file("launch.log"));
+  std::vector<pid_t> ranks;
+  const auto start = Clock::now();
+  while (slurp(dir.file("launch.log")).find("pipeline") == std::string::npos) {
+    ASSERT_LT(Clock::now() - start, std::chrono::seconds(30)) << slurp(dir.file("launch.log"));
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  std::istringstream log(slurp(dir.file("launch.log")));
+  for (std::string line; std::getline(log, line);) {
+    const auto at = line.find(": pid ");
+    if (line.rfind("[launch] rank ", 0) == 0 && at != std::string::npos) {
+      ranks.push_back(std::stoi(line.substr(at + 6)));
+    }
+  }
+  ASSERT_EQ(ranks.size(), 2u) << slurp(dir.file("launch.log"));
+  ::kill(ranks[1], SIGKILL);
+  const int status = wait_for(launcher, 20);
+  const std::string out = slurp(dir.file("launch.log"));
+  EXPECT_EQ(status, 128 + SIGKILL) << out;  // the first failure's status
+  EXPECT_NE(out.find("[rank 0] "), std::string::npos) << out;
+  for (pid_t pid : ranks) EXPECT_EQ(::kill(pid, 0), -1) << "rank pid " << pid << " is still there";
+}
+
+TEST(Processes, MismatchedConfigurationsAreRefused) {
+  TempDir dir;
+  const int port = free_port();
+  auto a = train_args("2", 2, dir.file("a"), "processes");
+  auto b = train_args("2", 2, dir.file("b"), "processes");
+  b.insert(b.end(), {"--lr", "0.01"});
+  const pid_t p0 = spawn(a, rank_env(0, 2, port), dir.file("r0.log"));
+  const pid_t p1 = spawn(b, rank_env(1, 2, port), dir.file("r1.log"));
+  EXPECT_EQ(wait_for(p0, 30), 1);
+  EXPECT_EQ(wait_for(p1, 30), 1);
+  for (const char* log : {"r0.log", "r1.log"}) {
+    EXPECT_NE(slurp(dir.file(log)).find("different configuration"), std::string::npos)
+        << slurp(dir.file(log));
+  }
+}
+
+TEST(Processes, WorldSizeMustMatchThePartitions) {
+  TempDir dir;
+  const pid_t p = spawn(train_args("2", 2, dir.file("a"), "processes"), rank_env(0, 3, free_port()),
+                        dir.file("r0.log"));
+  EXPECT_EQ(wait_for(p, 30), 2);
+  EXPECT_NE(slurp(dir.file("r0.log")).find("WORLD_SIZE 3"), std::string::npos) << slurp(dir.file("r0.log"));
+}
+
+TEST(Processes, PortInUseIsAClearError) {
+  TempDir dir;
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_ANY);
+  socklen_t len = sizeof(addr);
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  ::listen(fd, 1);
+  const int port = ntohs(addr.sin_port);
+  auto args = train_args("2", 2, dir.file("a"), "processes");
+  args.insert(args.end(), {"--timeout-seconds", "3"});
+  const pid_t p = spawn(args, rank_env(0, 2, port), dir.file("r0.log"));
+  EXPECT_EQ(wait_for(p, 30), 1);
+  ::close(fd);
+  EXPECT_NE(slurp(dir.file("r0.log")).find("already in use"), std::string::npos) << slurp(dir.file("r0.log"));
+}
+
+TEST(Processes, ResumeFromPartitionShardsMatchesAnUninterruptedRun) {
+  TempDir dir;
+  const std::string ref = dir.file("ref"), run = dir.file("run");
+  const int epochs = 4;
+  ASSERT_EQ(wait_for(spawn(launch_args(2, train_args("2", 2, ref, "processes", epochs, "synthetic:1024")),
+                           {}, dir.file("ref.log")), 60), 0)
+      << slurp(dir.file("ref.log"));
+  // Kill the whole launch (launcher first: its ranks die with it) once epoch 1 is saved.
+  const pid_t launcher = spawn(launch_args(2, train_args("2", 2, run, "processes", epochs, "synthetic:1024")),
+                               {}, dir.file("run.log"));
+  const std::string manifest = run + "/checkpoint/manifest.json";
+  const auto start = Clock::now();
+  while (!fs::exists(manifest)) {
+    ASSERT_LT(Clock::now() - start, std::chrono::seconds(60)) << slurp(dir.file("run.log"));
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  ::kill(launcher, SIGKILL);
+  wait_for(launcher, 10);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // ranks die with the launcher
+  const auto done = json_file(manifest)["epochs_done"].get<int>();
+  if (done >= epochs) GTEST_SKIP() << "the run finished before it could be interrupted";
+  ASSERT_EQ(wait_for(spawn(launch_args(2, {"train", "--resume", run, "--progress", "none"}), {},
+                           dir.file("resume.log")), 60), 0)
+      << slurp(dir.file("resume.log"));
+  expect_same_results(ref, run);
+
+  // A manifest whose shards disagree (partition 2 from another step) is refused.
+  const auto m = json_file(manifest);
+  const std::string other = "step-1/part-2.pt";
+  fs::create_directories(run + "/checkpoint/step-1");
+  fs::copy_file(run + "/checkpoint/" + m["shards"][0].get<std::string>(), run + "/checkpoint/" + other);
+  auto bad = m;
+  bad["shards"][1] = other;
+  std::ofstream(manifest) << bad.dump(2);
+  const pid_t eval = spawn({"eval", "--run", run}, {}, dir.file("eval.log"));
+  EXPECT_EQ(wait_for(eval, 30), 1);
+  EXPECT_NE(slurp(dir.file("eval.log")).find("disagree"), std::string::npos) << slurp(dir.file("eval.log"));
+}
+
+}  // namespace
+}  // namespace stalepipe::test
