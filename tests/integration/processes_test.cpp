@@ -270,6 +270,17 @@ TEST(Processes, PortInUseIsAClearError) {
   EXPECT_NE(slurp(dir.file("r0.log")).find("already in use"), std::string::npos) << slurp(dir.file("r0.log"));
 }
 
+TEST(Processes, UnreachableMasterIsAClearError) {
+  TempDir dir;
+  auto args = train_args("2", 2, dir.file("a"), "processes");
+  args.insert(args.end(), {"--timeout-seconds", "3"});
+  // Rank 1 with nobody listening at the master's port.
+  const pid_t p = spawn(args, rank_env(1, 2, free_port()), dir.file("r1.log"));
+  EXPECT_EQ(wait_for(p, 30), 1);
+  const std::string log = slurp(dir.file("r1.log"));
+  EXPECT_NE(log.find("cannot reach the master (rank 0)"), std::string::npos) << log;
+}
+
 TEST(Processes, ResumeFromPartitionShardsMatchesAnUninterruptedRun) {
   TempDir dir;
   const std::string ref = dir.file("ref"), run = dir.file("run");
