@@ -12,19 +12,24 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   // A flag given twice takes its last value, as in most Unix tools (and scripts that append).
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-  std::map<CLI::App*, stalepipe::cli::Command> commands;
-  auto* train = app.add_subcommand("train", "train a model, pipelined or not");
-  commands[train] = stalepipe::cli::add_train(*train);
-  auto* eval = app.add_subcommand("eval", "evaluate a run directory's last checkpoint");
-  commands[eval] = stalepipe::cli::add_eval(*eval);
-  auto* layers = app.add_subcommand("layers", "print a model's units, shapes, parameters and register positions");
-  commands[layers] = stalepipe::cli::add_layers(*layers);
-  auto* schedule = app.add_subcommand("schedule", "print the per-worker operation order of a schedule");
-  commands[schedule] = stalepipe::cli::add_schedule(*schedule);
-  auto* sweep = app.add_subcommand("sweep", "run an experiment file: train what is missing, resume, collect results");
-  commands[sweep] = stalepipe::cli::add_sweep(*sweep);
-  auto* launch = app.add_subcommand("launch", "start K local ranks of a command (--executor processes); -- then the command");
-  commands[launch] = stalepipe::cli::add_launch(*launch);
+  using stalepipe::cli::Command;
+  const struct {
+    const char* name;
+    const char* help;
+    Command (*add)(CLI::App&);
+  } subcommands[] = {
+      {"train", "train a model, pipelined or not", stalepipe::cli::add_train},
+      {"eval", "evaluate a run directory's last checkpoint", stalepipe::cli::add_eval},
+      {"layers", "print a model's units, shapes, parameters and register positions", stalepipe::cli::add_layers},
+      {"schedule", "print the per-worker operation order of a schedule", stalepipe::cli::add_schedule},
+      {"sweep", "run an experiment file: train what is missing, resume, collect results", stalepipe::cli::add_sweep},
+      {"launch", "start K local ranks of a command (--executor processes); -- then the command", stalepipe::cli::add_launch},
+  };
+  std::map<CLI::App*, Command> commands;
+  for (const auto& sub : subcommands) {
+    CLI::App* app_sub = app.add_subcommand(sub.name, sub.help);
+    commands[app_sub] = sub.add(*app_sub);
+  }
 
   try {
     app.parse(argc, argv);

@@ -38,9 +38,8 @@ class MailboxLinks final : public detail::Links {
 
 SegmentResult EmulatedExecutor::run(const schedule::Schedule& schedule,
                                     std::vector<Stage*>& stages, const SegmentContext& context) {
+  detail::check_stages(schedule, stages);
   const int K = schedule.num_workers;
-  SP_CHECK(static_cast<int>(stages.size()) == K, "schedule has ", K, " workers but there are ",
-           stages.size(), " partitions");
   MailboxLinks links(K);
   std::vector<detail::WorkerLoop> loops;
   loops.reserve(K);

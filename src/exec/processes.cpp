@@ -400,8 +400,7 @@ class ProcessesExecutor final : public Executor {
     const int r = group_->rank();
     SP_CHECK(K == group_->size(), "schedule has ", K, " workers but the process group has ",
              group_->size(), " ranks");
-    SP_CHECK(static_cast<int>(stages.size()) == K, "schedule has ", K,
-             " workers but there are ", stages.size(), " partitions");
+    detail::check_stages(schedule, stages);
     if (r < static_cast<int>(context.threads_per_worker.size()) &&
         context.threads_per_worker[r] > 0) {
       at::set_num_threads(context.threads_per_worker[r]);

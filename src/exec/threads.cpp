@@ -49,9 +49,8 @@ class ChannelLinks final : public detail::Links {
 
 SegmentResult ThreadsExecutor::run(const schedule::Schedule& schedule,
                                    std::vector<Stage*>& stages, const SegmentContext& context) {
+  detail::check_stages(schedule, stages);
   const int K = schedule.num_workers;
-  SP_CHECK(static_cast<int>(stages.size()) == K, "schedule has ", K, " workers but there are ",
-           stages.size(), " partitions");
   const auto stats = schedule::analyze(schedule);
   std::vector<size_t> capacity;
   for (int k = 0; k + 1 < K; ++k) capacity.push_back(stats.workers[k].max_in_flight + 1);

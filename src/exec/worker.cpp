@@ -73,6 +73,11 @@ void WorkerLoop::backward(int64_t step) {
   }
 }
 
+void check_stages(const schedule::Schedule& schedule, const std::vector<Stage*>& stages) {
+  SP_CHECK(static_cast<int>(stages.size()) == schedule.num_workers, "schedule has ",
+           schedule.num_workers, " workers but there are ", stages.size(), " partitions");
+}
+
 void rethrow_with_context(std::exception_ptr error, int worker, int64_t step) {
   const std::string where =
       c10::str("partition ", worker + 1, ", mini-batch ", step, ": ");

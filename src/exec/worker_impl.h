@@ -64,6 +64,9 @@ class WorkerLoop {
   int64_t current_step_ = -1;
 };
 
+// Throws RuntimeError unless there is one stage per worker of the schedule.
+void check_stages(const schedule::Schedule& schedule, const std::vector<Stage*>& stages);
+
 // Adds "partition k, mini-batch t: " to an exception's message, keeping its kind.
 [[noreturn]] void rethrow_with_context(std::exception_ptr error, int worker, int64_t step);
 
