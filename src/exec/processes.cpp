@@ -401,10 +401,7 @@ class ProcessesExecutor final : public Executor {
     SP_CHECK(K == group_->size(), "schedule has ", K, " workers but the process group has ",
              group_->size(), " ranks");
     detail::check_stages(schedule, stages);
-    if (r < static_cast<int>(context.threads_per_worker.size()) &&
-        context.threads_per_worker[r] > 0) {
-      at::set_num_threads(context.threads_per_worker[r]);
-    }
+    detail::use_worker_threads(context, r);
     GroupLinks links(*group_, schedule, r);
     detail::WorkerLoop loop(schedule, r, *stages[r], links, context);
     try {

@@ -65,10 +65,7 @@ SegmentResult ThreadsExecutor::run(const schedule::Schedule& schedule,
   for (int k = 0; k < K; ++k) loops.emplace_back(schedule, k, *stages[k], links, context);
 
   auto body = [&](int k) {
-    if (k < static_cast<int>(context.threads_per_worker.size()) &&
-        context.threads_per_worker[k] > 0) {
-      at::set_num_threads(context.threads_per_worker[k]);
-    }
+    detail::use_worker_threads(context, k);
     auto& loop = loops[k];
     try {
       for (size_t i = 0; i < loop.num_ops(); ++i) loop.run_op(i);

@@ -1,5 +1,6 @@
 #include "worker_impl.h"
 
+#include <ATen/Parallel.h>
 #include <c10/util/Exception.h>
 
 namespace stalepipe::exec::detail {
@@ -71,6 +72,13 @@ void WorkerLoop::backward(int64_t step) {
     out.tensor = std::move(grad_input);
     links_.send_gradient(worker_, std::move(out));
   }
+}
+
+int use_worker_threads(const SegmentContext& context, int worker) {
+  if (worker >= static_cast<int>(context.threads_per_worker.size())) return 0;
+  const int threads = context.threads_per_worker[worker];
+  if (threads > 0) at::set_num_threads(threads);
+  return threads > 0 ? threads : 0;
 }
 
 void check_stages(const schedule::Schedule& schedule, const std::vector<Stage*>& stages) {
