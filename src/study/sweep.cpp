@@ -91,11 +91,14 @@ int run_sweep(const Experiment& experiment, const SweepOptions& options) {
   for (const auto& run : experiment.runs) {
     ++index;
     const RunState state = run_state(run);
-    const char* label = state == RunState::kFinished ? "finished, skipped"
-                        : state == RunState::kInterrupted ? "interrupted, resuming"
-                                                           : "missing, training";
-    std::fprintf(stderr, "sweep [%zu/%zu] %s seed %llu: %s\n", index, experiment.runs.size(),
-                 run.name.c_str(), static_cast<unsigned long long>(run.seed), label);
+    const char* label = state == RunState::kFinished    ? "finished"
+                        : state == RunState::kInterrupted ? "interrupted"
+                                                           : "missing";
+    const char* action = options.dry_run || state == RunState::kFinished ? ""
+                         : state == RunState::kInterrupted               ? ", resuming"
+                                                                          : ", training";
+    std::fprintf(stderr, "sweep [%zu/%zu] %s seed %llu: %s%s\n", index, experiment.runs.size(),
+                 run.name.c_str(), static_cast<unsigned long long>(run.seed), label, action);
     if (options.dry_run || state == RunState::kFinished) continue;
     auto o = run.options;
     o.progress(options.progress);
