@@ -14,5 +14,7 @@ Command add_train(CLI::App& app);
 Command add_eval(CLI::App& app);
 Command add_layers(CLI::App& app);
 Command add_schedule(CLI::App& app);
+Command add_profile(CLI::App& app);
+Command add_simulate(CLI::App& app);
 
 }  // namespace stalepipe::cli

@@ -21,6 +21,10 @@ int main(int argc, char** argv) {
   commands[layers] = stalepipe::cli::add_layers(*layers);
   auto* schedule = app.add_subcommand("schedule", "print the per-worker operation order of a schedule");
   commands[schedule] = stalepipe::cli::add_schedule(*schedule);
+  auto* profile = app.add_subcommand("profile", "per-unit forward/backward time and memory (as caffe time)");
+  commands[profile] = stalepipe::cli::add_profile(*profile);
+  auto* simulate = app.add_subcommand("simulate", "predict a pipeline's throughput, bubbles and memory from a profile");
+  commands[simulate] = stalepipe::cli::add_simulate(*simulate);
 
   try {
     app.parse(argc, argv);

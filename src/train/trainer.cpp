@@ -15,6 +15,7 @@
 #include <torch/utils.h>
 
 #include "options_json.h"
+#include "resolve_pipeline.h"
 #include "stalepipe/common/error.h"
 #include "stalepipe/common/files.h"
 #include "stalepipe/data/loader.h"
@@ -24,6 +25,7 @@
 #include "stalepipe/exec/pipeline.h"
 #include "stalepipe/models/zoo.h"
 #include "stalepipe/partition/plan.h"
+#include "stalepipe/sim/trace.h"
 #include "stalepipe/train/checkpoint.h"
 #include "stalepipe/train/lr_schedule.h"
 #include "stalepipe/train/progress.h"
@@ -159,6 +161,7 @@ void build(Run& run) {
   input.height = shape[1];
   input.width = shape[2];
   input.num_classes = run.data.train.num_classes;
+  run.options.pipeline(resolve_pipeline(o, input));  // --partitions K --balance: choose the PPV
   torch::manual_seed(o.seed());
   run.model = models::make_model(o.model(), input);
   run.plan = partition::make_plan(run.model, partition::parse_ppv(o.pipeline()));
@@ -292,6 +295,13 @@ TrainResult run_training(Run& run, const CheckpointInfo* from, const TrainHooks&
     if (!from) write_file_atomic((fs::path(out) / "config.json").string(), to_json(o).dump(2) + "\n");
   }
   const std::string metrics_path = out.empty() ? "" : (fs::path(out) / "metrics.jsonl").string();
+  sim::TraceRecorder trace;  // --trace FILE: every op of every segment, written at the end
+  auto write_trace = [&] {
+    if (!o.trace().empty()) {
+      trace.write(o.trace(), c10::str(o.model(), " --pipeline ", partition::format_ppv(run.plan.ppv),
+                                      ", ", o.schedule(), ", ", run.executor->name()));
+    }
+  };
 
   int64_t step = 0, first_epoch = 0;
   double wall_before = 0;
@@ -391,6 +401,7 @@ TrainResult run_training(Run& run, const CheckpointInfo* from, const TrainHooks&
       };
       context.stop = hooks.stop;
       context.threads_per_worker = run.threads_per_worker;
+      if (!o.trace().empty()) context.on_op = trace.callback();
 
       const auto segment = run.executor->run(schedule, run.pipeline->stages(), context);
       const double seconds = seconds_since(segment_start);
@@ -406,6 +417,7 @@ TrainResult run_training(Run& run, const CheckpointInfo* from, const TrainHooks&
                           out.empty() ? "" : c10::str(", checkpoint saved; continue with --resume ", out)));
         result.interrupted = true;
         result.steps = step;
+        write_trace();
         return result;
       }
       if (o.checkpoint_every() > 0 && step % o.checkpoint_every() == 0 && step < epoch_end) {
@@ -448,6 +460,7 @@ TrainResult run_training(Run& run, const CheckpointInfo* from, const TrainHooks&
   result.wall_seconds = wall;
   result.images_per_second = session_seconds > 0 ? session_samples / session_seconds : 0;
   result.parameters = run.pipeline->parameters();
+  write_trace();
 
   if (!out.empty()) {
     nlohmann::json summary = {

@@ -1,0 +1,121 @@
+#include "stalepipe/sim/events.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <limits>
+
+#include <nlohmann/json.hpp>
+
+namespace stalepipe::sim {
+namespace {
+
+std::string escape_xml(const std::string& text) {
+  std::string out;
+  for (char c : text) {
+    switch (c) {
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '&': out += "&amp;"; break;
+      case '"': out += "&quot;"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string to_chrome_trace(const std::vector<OpEvent>& events) {
+  double origin = std::numeric_limits<double>::infinity();
+  for (const auto& e : events) origin = std::min(origin, e.start_seconds);
+  nlohmann::json list = nlohmann::json::array();
+  for (const auto& e : events) {
+    list.push_back({{"name", schedule::to_string(e.op)},
+                    {"cat", e.op.kind == schedule::OpKind::kForward    ? "forward"
+                            : e.op.kind == schedule::OpKind::kBackward ? "backward"
+                                                                       : "update"},
+                    {"ph", "X"},
+                    {"ts", (e.start_seconds - origin) * 1e6},
+                    {"dur", (e.end_seconds - e.start_seconds) * 1e6},
+                    {"pid", 1},
+                    {"tid", e.worker + 1},
+                    {"args", {{"step", e.op.step}}}});
+  }
+  int workers = 0;
+  for (const auto& e : events) workers = std::max(workers, e.worker + 1);
+  for (int k = 0; k < workers; ++k) {  // name the rows "worker k"
+    list.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", 1}, {"tid", k + 1},
+                    {"args", {{"name", "worker " + std::to_string(k + 1)}}}});
+  }
+  return nlohmann::json{{"traceEvents", list}, {"displayTimeUnit", "ms"}}.dump() + "\n";
+}
+
+std::string space_time_svg(const std::vector<OpEvent>& events, int num_workers,
+                           const std::string& title) {
+  for (const auto& e : events) num_workers = std::max(num_workers, e.worker + 1);
+  num_workers = std::max(num_workers, 1);
+  double t0 = std::numeric_limits<double>::infinity(), t1 = -t0;
+  for (const auto& e : events) {
+    t0 = std::min(t0, e.start_seconds);
+    t1 = std::max(t1, e.end_seconds);
+  }
+  if (events.empty()) t0 = 0, t1 = 1;
+  const double span = std::max(t1 - t0, 1e-12);
+  const double left = 80, top = 40, row = 36, box = 28, width = 1200;
+  const double height = top + row * num_workers + 40;
+  auto x = [&](double t) { return left + (t - t0) / span * width; };
+  char buf[512];
+  std::string svg;
+  std::snprintf(buf, sizeof buf,
+                "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
+                "font-family=\"sans-serif\" font-size=\"11\">\n"
+                "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n"
+                "<text x=\"%.0f\" y=\"20\" font-size=\"14\">%s</text>\n",
+                left + width + 20, height, left, escape_xml(title).c_str());
+  svg += buf;
+  for (int k = 0; k < num_workers; ++k) {
+    std::snprintf(buf, sizeof buf,
+                  "<text x=\"8\" y=\"%.1f\">worker %d</text>\n"
+                  "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#ccc\"/>\n",
+                  top + row * k + box / 2 + 4, k + 1, left, top + row * k + box, left + width,
+                  top + row * k + box);
+    svg += buf;
+  }
+  for (const auto& e : events) {
+    const double y = top + row * e.worker;
+    const double x0 = x(e.start_seconds), w = std::max(x(e.end_seconds) - x0, 0.5);
+    if (e.op.kind == schedule::OpKind::kUpdate) {
+      std::snprintf(buf, sizeof buf,
+                    "<rect x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"%.1f\" fill=\"#333\">"
+                    "<title>%s</title></rect>\n",
+                    x0, y, std::max(w, 1.0), box, schedule::to_string(e.op).c_str());
+      svg += buf;
+      continue;
+    }
+    const bool fwd = e.op.kind == schedule::OpKind::kForward;
+    std::snprintf(buf, sizeof buf,
+                  "<rect x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"%.1f\" fill=\"%s\" "
+                  "stroke=\"white\" stroke-width=\"0.5\"><title>%s %.3f-%.3f ms</title></rect>\n",
+                  x0, y, w, box, fwd ? "#4c78a8" : "#f58518", schedule::to_string(e.op).c_str(),
+                  (e.start_seconds - t0) * 1e3, (e.end_seconds - t0) * 1e3);
+    svg += buf;
+    if (w >= 14) {
+      std::snprintf(buf, sizeof buf,
+                    "<text x=\"%.2f\" y=\"%.1f\" text-anchor=\"middle\" fill=\"white\">%lld</text>\n",
+                    x0 + w / 2, y + box / 2 + 4, static_cast<long long>(e.op.step));
+      svg += buf;
+    }
+  }
+  std::snprintf(buf, sizeof buf,
+                "<text x=\"%.0f\" y=\"%.0f\">0</text><text x=\"%.0f\" y=\"%.0f\" "
+                "text-anchor=\"end\">%.3f ms</text>\n"
+                "<text x=\"%.0f\" y=\"%.0f\" fill=\"#4c78a8\">forward</text>"
+                "<text x=\"%.0f\" y=\"%.0f\" fill=\"#f58518\">backward</text>"
+                "<text x=\"%.0f\" y=\"%.0f\" fill=\"#333\">update</text>\n</svg>\n",
+                left, height - 16, left + width, height - 16, span * 1e3, left + 200,
+                height - 16, left + 280, height - 16, left + 370, height - 16);
+  svg += buf;
+  return svg;
+}
+
+}  // namespace stalepipe::sim
