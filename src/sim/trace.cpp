@@ -1,5 +1,6 @@
 #include "stalepipe/sim/trace.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include "stalepipe/common/files.h"
