@@ -61,7 +61,14 @@ std::string space_time_svg(const std::vector<OpEvent>& events, int num_workers,
   }
   if (events.empty()) t0 = 0, t1 = 1;
   const double span = std::max(t1 - t0, 1e-12);
-  const double left = 80, top = 40, row = 36, box = 28, width = 1200;
+  // Wide enough that a typical box can carry its mini-batch number.
+  std::vector<size_t> ops_per_worker(num_workers, 0);
+  for (const auto& e : events) {
+    if (e.op.kind != schedule::OpKind::kUpdate) ++ops_per_worker[e.worker];
+  }
+  const size_t most = *std::max_element(ops_per_worker.begin(), ops_per_worker.end());
+  const double left = 80, top = 40, row = 36, box = 28;
+  const double width = std::clamp(24.0 * static_cast<double>(most), 1200.0, 24000.0);
   const double height = top + row * num_workers + 40;
   auto x = [&](double t) { return left + (t - t0) / span * width; };
   char buf[512];
@@ -99,10 +106,13 @@ std::string space_time_svg(const std::vector<OpEvent>& events, int num_workers,
                   x0, y, w, box, fwd ? "#4c78a8" : "#f58518", schedule::to_string(e.op).c_str(),
                   (e.start_seconds - t0) * 1e3, (e.end_seconds - t0) * 1e3);
     svg += buf;
-    if (w >= 14) {
+    const std::string label = std::to_string(e.op.step);
+    const double font = std::min(11.0, w / (0.65 * static_cast<double>(label.size()) + 0.3));
+    if (font >= 5) {  // the label shrinks with its box; boxes too narrow stay unlabelled
       std::snprintf(buf, sizeof buf,
-                    "<text x=\"%.2f\" y=\"%.1f\" text-anchor=\"middle\" fill=\"white\">%lld</text>\n",
-                    x0 + w / 2, y + box / 2 + 4, static_cast<long long>(e.op.step));
+                    "<text x=\"%.2f\" y=\"%.1f\" text-anchor=\"middle\" fill=\"white\" "
+                    "font-size=\"%.1f\">%s</text>\n",
+                    x0 + w / 2, y + box / 2 + font / 3, font, label.c_str());
       svg += buf;
     }
   }
