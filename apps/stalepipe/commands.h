@@ -16,5 +16,7 @@ Command add_layers(CLI::App& app);
 Command add_schedule(CLI::App& app);
 Command add_sweep(CLI::App& app);
 Command add_launch(CLI::App& app);
+Command add_profile(CLI::App& app);
+Command add_simulate(CLI::App& app);
 
 }  // namespace stalepipe::cli

@@ -23,6 +23,8 @@ int main(int argc, char** argv) {
       {"layers", "print a model's units, shapes, parameters and register positions", stalepipe::cli::add_layers},
       {"schedule", "print the per-worker operation order of a schedule", stalepipe::cli::add_schedule},
       {"sweep", "run an experiment file: train what is missing, resume, collect results", stalepipe::cli::add_sweep},
+      {"profile", "per-unit forward/backward time and memory (as caffe time)", stalepipe::cli::add_profile},
+      {"simulate", "predict a pipeline's throughput, bubbles and memory from a profile", stalepipe::cli::add_simulate},
       {"launch", "start K local ranks of a command (--executor processes); -- then the command", stalepipe::cli::add_launch},
   };
   std::map<CLI::App*, Command> commands;

@@ -44,7 +44,10 @@ Command add_train(CLI::App& app) {
   app.add_option("--test-subset", o->test_subset(), "evaluate on the first N test samples (0: all)")->capture_default_str();
   app.add_flag("--augment", o->augment(), "random 4-pixel-padded crop and horizontal flip");
   app.add_flag("--drop-last", o->drop_last(), "drop the last partial batch of each epoch");
-  app.add_option("--pipeline", o->pipeline(), "PPV: weight layers followed by a register, e.g. 2 or 7,13; none = no pipeline")->capture_default_str();
+  auto* pipeline = app.add_option("--pipeline", o->pipeline(), "PPV: weight layers followed by a register, e.g. 2 or 7,13; none = no pipeline")->capture_default_str();
+  auto* partitions = app.add_option("--partitions", o->partitions(), "K partitions with a balanced PPV (instead of --pipeline)");
+  pipeline->excludes(partitions);
+  app.add_option("--balance", o->balance(), "with --partitions: balance time (quick profile first) | params | flops")->capture_default_str();
   app.add_option("--schedule", o->schedule(), "stale (PPL-SGD) | sequential | hybrid")->capture_default_str();
   app.add_option("--hybrid-switch", o->hybrid_switch(), "hybrid: switch to sequential after N epochs, or Ns steps (e.g. 3 or 500s)");
   app.add_option("--executor", o->executor(), "emulated (reference, one thread) | threads (one thread per partition) | processes (one rank per partition; see launch)")->capture_default_str();
@@ -56,6 +59,7 @@ Command add_train(CLI::App& app) {
   app.add_option("--checkpoint-every", o->checkpoint_every(), "also checkpoint every N steps (0: at epoch ends only)")->capture_default_str();
   app.add_option("--eval-batch-size", o->eval_batch_size(), "batch size for evaluation")->capture_default_str();
   app.add_option("--progress", o->progress(), "auto | bar | lines | none")->capture_default_str();
+  app.add_option("--trace", o->trace(), "write a Chrome trace (Perfetto) of every op to FILE and its space-time SVG to FILE.svg");
 
   // --executor processes: torchrun's environment variables, or these flags.
   app.add_option("--rank", group->rank(), "processes: this process's rank (default $RANK)");

@@ -1,12 +1,32 @@
 #include "worker_impl.h"
 
 #include <ATen/Parallel.h>
+#include <chrono>
+
 #include <c10/util/Exception.h>
 
 namespace stalepipe::exec::detail {
+namespace {
+
+double steady_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace
 
 void WorkerLoop::run_op(size_t i) {
   const schedule::Op& op = schedule_.worker_ops[worker_][i];
+  if (!context_.on_op) {
+    execute(op);
+    return;
+  }
+  const double start = steady_seconds();
+  execute(op);
+  // A forward that met the stop marker lowered the cutoff to its own step: it did no work.
+  if (op.step < cutoff_) context_.on_op(worker_, op, start, steady_seconds());
+}
+
+void WorkerLoop::execute(const schedule::Op& op) {
   current_step_ = op.step;
   if (op.step >= cutoff_) return;  // stopped: this mini-batch never entered the pipeline
   switch (op.kind) {

@@ -45,13 +45,14 @@ class WorkerLoop {
       : schedule_(schedule), worker_(worker), stage_(stage), links_(links), context_(context),
         cutoff_(schedule.end_step) {}
 
-  // Runs operation i of this worker (in program order).
+  // Runs operation i of this worker (in program order); reports it to context.on_op if set.
   void run_op(size_t i);
   size_t num_ops() const { return schedule_.worker_ops[worker_].size(); }
   int64_t cutoff() const { return cutoff_; }
   int64_t current_step() const { return current_step_; }
 
  private:
+  void execute(const schedule::Op& op);
   void forward(int64_t step);
   void backward(int64_t step);
 

@@ -13,7 +13,8 @@ namespace stalepipe::train {
   X(max_steps) X(batch_size) X(lr) X(momentum) X(weight_decay) X(nesterov)              \
   X(lr_schedule) X(lr_milestones) X(lr_gamma) X(warmup_epochs) X(seed) X(pipeline)      \
   X(schedule) X(hybrid_switch) X(executor) X(devices) X(threads) X(threads_per_worker)  \
-  X(out) X(checkpoint_every) X(eval_batch_size) X(progress)
+  X(out) X(checkpoint_every) X(eval_batch_size) X(progress) X(partitions) X(balance)    \
+  X(trace)
 
 nlohmann::json to_json(const TrainOptions& options) {
   nlohmann::json json;
@@ -26,8 +27,11 @@ nlohmann::json to_json(const TrainOptions& options) {
 TrainOptions options_from_json(const nlohmann::json& json, const std::string& source) {
   TrainOptions options;
   try {
-#define SP_READ(name) \
-  options.name(json.at(#name).get<std::decay_t<decltype(options.name())>>());
+    // A field missing from an older config keeps its default.
+#define SP_READ(name)                                                              \
+  if (json.contains(#name)) {                                                      \
+    options.name(json.at(#name).get<std::decay_t<decltype(options.name())>>());    \
+  }
     SP_TRAIN_FIELDS(SP_READ)
 #undef SP_READ
   } catch (const nlohmann::json::exception& e) {
@@ -38,7 +42,7 @@ TrainOptions options_from_json(const nlohmann::json& json, const std::string& so
 
 std::string config_hash(const TrainOptions& options) {
   nlohmann::json json = to_json(options);
-  for (const char* key : {"out", "progress", "executor", "threads", "devices"}) json.erase(key);
+  for (const char* key : {"out", "progress", "executor", "threads", "devices", "trace"}) json.erase(key);
   std::ostringstream out;
   out << std::hex << std::hash<std::string>{}(json.dump());
   return out.str();

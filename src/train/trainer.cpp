@@ -16,6 +16,7 @@
 #include <torch/utils.h>
 
 #include "options_json.h"
+#include "resolve_pipeline.h"
 #include "stalepipe/common/error.h"
 #include "stalepipe/common/files.h"
 #include "stalepipe/data/loader.h"
@@ -26,6 +27,7 @@
 #include "stalepipe/exec/processes.h"
 #include "stalepipe/models/zoo.h"
 #include "stalepipe/partition/plan.h"
+#include "stalepipe/sim/trace.h"
 #include "stalepipe/train/checkpoint.h"
 #include "stalepipe/train/lr_schedule.h"
 #include "stalepipe/train/progress.h"
@@ -171,6 +173,7 @@ void build(Run& run, const exec::ProcessGroupOptions* group = nullptr) {
   input.height = shape[1];
   input.width = shape[2];
   input.num_classes = run.data.train.num_classes;
+  run.options.pipeline(resolve_pipeline(o, input));  // --partitions K --balance: choose the PPV
   torch::manual_seed(o.seed());
   run.model = models::make_model(o.model(), input);
   run.plan = partition::make_plan(run.model, partition::parse_ppv(o.pipeline()));
@@ -338,6 +341,14 @@ TrainResult run_training(Run& run, const CheckpointInfo* from, const TrainHooks&
   }
   const std::string metrics_path =
       out.empty() || !run.leader() ? "" : (fs::path(out) / "metrics.jsonl").string();
+  sim::TraceRecorder trace;  // --trace FILE: every op of every segment, written at the end
+  auto write_trace = [&] {
+    if (!o.trace().empty()) {
+      // Each rank records only its own worker.
+      trace.write(run.group ? c10::str(o.trace(), ".rank", run.rank()) : o.trace(), c10::str(o.model(), " --pipeline ", partition::format_ppv(run.plan.ppv),
+                                      ", ", o.schedule(), ", ", run.executor->name()));
+    }
+  };
 
   int64_t step = 0, first_epoch = 0;
   double wall_before = 0;
@@ -456,6 +467,7 @@ TrainResult run_training(Run& run, const CheckpointInfo* from, const TrainHooks&
       };
       context.stop = hooks.stop;
       context.threads_per_worker = run.threads_per_worker;
+      if (!o.trace().empty()) context.on_op = trace.callback();
 
       const auto segment = run.executor->run(schedule, run.pipeline->stages(), context);
       const double seconds = seconds_since(segment_start);
@@ -471,6 +483,7 @@ TrainResult run_training(Run& run, const CheckpointInfo* from, const TrainHooks&
                           out.empty() ? "" : c10::str(", checkpoint saved; continue with --resume ", out)));
         result.interrupted = true;
         result.steps = step;
+        write_trace();
         return result;
       }
       if (o.checkpoint_every() > 0 && step % o.checkpoint_every() == 0 && step < epoch_end) {
@@ -514,6 +527,7 @@ TrainResult run_training(Run& run, const CheckpointInfo* from, const TrainHooks&
   result.wall_seconds = wall;
   result.images_per_second = session_seconds > 0 ? session_samples / session_seconds : 0;
   result.parameters = run.pipeline->parameters();
+  write_trace();
 
   if (!out.empty() && run.leader()) {
     nlohmann::json summary = {

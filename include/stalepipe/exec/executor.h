@@ -44,6 +44,12 @@ struct SegmentContext {
   // Intra-op threads for each worker (LibTorch/OpenMP); the emulator uses the same counts so
   // that results are bit-identical.
   std::vector<int> threads_per_worker;
+  // Tracing (sim/trace.h: TraceRecorder::callback()). Called by the worker thread right after
+  // each operation it executed (not for mini-batches cut off by `stop`), with the op's start
+  // and end in seconds on the steady_clock's own scale (time_since_epoch); the receiver picks
+  // its origin. Called concurrently from different workers. Null: no timing at all.
+  std::function<void(int worker, const schedule::Op& op, double start_seconds, double end_seconds)>
+      on_op;
 };
 
 struct SegmentResult {

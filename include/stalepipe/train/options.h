@@ -32,6 +32,8 @@ struct TrainOptions {
   TORCH_ARG(uint64_t, seed) = 1;
   // Pipeline.
   TORCH_ARG(std::string, pipeline) = "none";        // PPV: "none", "2", "7,13"
+  TORCH_ARG(int, partitions) = 0;                   // > 0: choose a balanced PPV for K partitions
+  TORCH_ARG(std::string, balance) = "time";         // with partitions: time | params | flops
   TORCH_ARG(std::string, schedule) = "stale";       // stale | sequential | hybrid
   TORCH_ARG(std::string, hybrid_switch) = "";       // "N" epochs or "Ns" steps (hybrid only)
   TORCH_ARG(std::string, executor) = "threads";     // emulated | threads
@@ -43,6 +45,7 @@ struct TrainOptions {
   TORCH_ARG(int64_t, checkpoint_every) = 0;         // also checkpoint every N steps; 0 = per epoch
   TORCH_ARG(int64_t, eval_batch_size) = 1000;
   TORCH_ARG(std::string, progress) = "auto";        // auto | bar | lines | none
+  TORCH_ARG(std::string, trace) = "";               // Chrome trace JSON of every op (+ FILE.svg)
 };
 
 }  // namespace stalepipe::train

@@ -1,0 +1,81 @@
+// `stalepipe simulate --model NAME --pipeline PPV | --partitions K --balance B`: predicted
+// throughput, bubbles and memory of a pipeline from a profile, and its space-time SVG.
+#include <cstdio>
+
+#include "commands.h"
+#include "stalepipe/common/error.h"
+#include "stalepipe/common/files.h"
+#include "stalepipe/models/zoo.h"
+#include "stalepipe/partition/balance.h"
+#include "stalepipe/partition/plan.h"
+#include "stalepipe/partition/profile.h"
+#include "stalepipe/schedule/schedule.h"
+#include "stalepipe/sim/simulate.h"
+
+namespace stalepipe::cli {
+
+Command add_simulate(CLI::App& app) {
+  struct Args {
+    std::string model = "lenet5", pipeline = "none", balance = "time", profile, schedule = "stale", svg;
+    int partitions = 0, threads = 1;
+    int64_t channels = 1, batch_size = 128, steps = 40;
+    double transfer_ms = 0;
+  };
+  auto a = std::make_shared<Args>();
+  app.add_option("--model", a->model, "lenet5 | alexnet | vgg16 | resnet<6n+2>")->capture_default_str();
+  auto* pipeline = app.add_option("--pipeline", a->pipeline, "PPV, e.g. 7 or 7,13");
+  auto* partitions = app.add_option("--partitions", a->partitions, "K partitions, PPV chosen by --balance");
+  pipeline->excludes(partitions);
+  app.add_option("--balance", a->balance, "with --partitions: time | params | flops")->capture_default_str();
+  app.add_option("--profile", a->profile, "profile JSON from `stalepipe profile --json` (default: measure now)");
+  app.add_option("--batch-size", a->batch_size, "mini-batch size when measuring")->capture_default_str();
+  app.add_option("--threads", a->threads, "intra-op threads when measuring")->capture_default_str();
+  app.add_option("--channels", a->channels, "input channels (1: MNIST-like, 3: CIFAR-10)")->capture_default_str();
+  app.add_option("--steps", a->steps, "mini-batches in the simulated segment")->capture_default_str();
+  app.add_option("--schedule", a->schedule, "stale | sequential")->capture_default_str();
+  app.add_option("--transfer-ms", a->transfer_ms, "time per pipeline-register message")->capture_default_str();
+  app.add_option("--svg", a->svg, "write the space-time diagram to this file");
+  return [a]() {
+    SP_CHECK_ARG(a->steps >= 1 && a->steps <= 100000, "--steps must be 1..100000, got ", a->steps);
+    models::InputShape input;
+    input.channels = a->channels;
+    auto model = models::make_model(a->model, input);
+    partition::Profile profile;
+    if (!a->profile.empty()) {
+      profile = partition::from_json(read_file(a->profile), a->profile);
+      SP_CHECK_ARG(profile.model == a->model && profile.units.size() == model.units.size(),
+                   "--profile ", a->profile, ": is a profile of ", profile.model, " (",
+                   profile.units.size(), " units), not of ", a->model);
+    } else {
+      partition::ProfileOptions p;
+      p.batch_size = a->batch_size;
+      p.threads = a->threads;
+      profile = partition::profile_model(model, p);
+    }
+    std::vector<int> ppv = partition::parse_ppv(a->pipeline);
+    if (a->partitions > 0) {
+      ppv = partition::balance(model, partition::unit_costs(model, a->balance, &profile), a->partitions);
+      std::printf("balanced by %s: --pipeline %s\n", a->balance.c_str(), partition::format_ppv(ppv).c_str());
+    }
+    const auto plan = partition::make_plan(model, ppv);
+    const auto costs = sim::partition_costs(profile, plan);
+    const auto schedule = schedule::make_schedule(schedule::parse_schedule_kind(a->schedule),
+                                                  plan.num_partitions(), 0, a->steps);
+    sim::SimulateOptions options;
+    options.batch_size = profile.batch_size;
+    options.transfer_seconds = a->transfer_ms / 1e3;
+    const auto prediction = sim::simulate(schedule, costs, options);
+    std::printf("model %s, batch %lld, %d thread(s) per worker, --pipeline %s, %s schedule, %lld steps\n",
+                a->model.c_str(), static_cast<long long>(profile.batch_size), profile.threads,
+                partition::format_ppv(ppv).c_str(), a->schedule.c_str(), static_cast<long long>(a->steps));
+    std::fputs(sim::format_prediction(prediction, costs).c_str(), stdout);
+    if (!a->svg.empty()) {
+      write_file_atomic(a->svg, sim::space_time_svg(prediction.events, plan.num_partitions(),
+                                                    c10::str("predicted: ", a->model, " --pipeline ",
+                                                             partition::format_ppv(ppv), ", ", a->schedule)));
+    }
+    return 0;
+  };
+}
+
+}  // namespace stalepipe::cli

@@ -1,0 +1,80 @@
+// Timing simulator: predicts how a schedule runs on K workers from per-partition forward and
+// backward times, without training anything.
+//
+// Discrete-event model: each worker runs its operations in program order (the schedule's
+// lists); an operation starts when its worker is free and its message has arrived: F(t) on
+// worker k needs F(t) on k-1 finished plus transfer_seconds, B(t) on k needs B(t) on k+1
+// finished plus transfer_seconds (the last worker's B(t) and every U(t) need only the worker).
+// Nothing else is shared: each partition owns its device, as in the paper's multi-GPU setup.
+//
+// Throughput: the steady state is measured between the completions of mini-batches
+// first+2K and end-1-2K (completion of t = the end of the last operation of t on any worker),
+// i.e. after the fill and before the drain; segments shorter than 4K+4 steps use the makespan.
+// Memory per worker: in-flight activations (schedule::analyze's max_in_flight x activation
+// bytes per mini-batch) + weights + optimizer state (gradient, plus the momentum buffer when
+// momentum is used).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "stalepipe/schedule/schedule.h"
+#include "stalepipe/sim/events.h"
+
+namespace stalepipe::partition {
+struct Profile;
+struct Plan;
+}  // namespace stalepipe::partition
+
+namespace stalepipe::sim {
+
+// Per-partition costs (one entry per worker). Times in seconds; bytes per mini-batch.
+struct PartitionCosts {
+  std::vector<double> forward_seconds;
+  std::vector<double> backward_seconds;
+  std::vector<double> update_seconds;     // may be empty: updates take no time
+  std::vector<int64_t> activation_bytes;  // kept per mini-batch in flight; may be empty
+  std::vector<int64_t> parameter_bytes;   // may be empty
+};
+
+// From a profile and a plan of the same model: sums of the units' forward and backward
+// medians; activations = the partition's input (held by its graph / pipeline register) + the
+// units' kept bytes; parameter bytes. Throws UsageError if the profile does not match the plan.
+PartitionCosts partition_costs(const partition::Profile& profile, const partition::Plan& plan);
+
+struct SimulateOptions {
+  double transfer_seconds = 0;  // per pipeline-register message, either direction
+  int64_t batch_size = 128;     // for images per second
+  bool momentum = true;         // optimizer keeps a momentum buffer (one more copy of weights)
+};
+
+struct WorkerPrediction {
+  double busy_seconds = 0;
+  double bubble_fraction = 0;         // idle share of the whole makespan (fill and drain included)
+  double steady_bubble_fraction = 0;  // idle share of the steady state: 1 - busy per step / period
+  int max_in_flight = 0;
+  int64_t activation_bytes = 0;       // max_in_flight x per-mini-batch activations
+  int64_t weight_bytes = 0;
+  int64_t optimizer_bytes = 0;        // gradient (+ momentum buffer)
+  int64_t memory_bytes() const { return activation_bytes + weight_bytes + optimizer_bytes; }
+};
+
+struct Prediction {
+  std::vector<OpEvent> events;         // every op with its predicted span, in start order per worker
+  double makespan_seconds = 0;         // first start to last end
+  double steady_step_seconds = 0;      // time between consecutive mini-batch completions
+  double steady_images_per_second = 0; // batch_size / steady_step_seconds
+  double images_per_second = 0;        // whole segment: steps x batch_size / makespan
+  std::vector<WorkerPrediction> workers;
+};
+
+// Throws UsageError if the costs do not have one entry per worker or are negative, and
+// RuntimeError if the schedule deadlocks.
+Prediction simulate(const schedule::Schedule& schedule, const PartitionCosts& costs,
+                    const SimulateOptions& options = {});
+
+// A text report: throughput, then one line per worker (F ms, B ms, busy, bubble, memory MB).
+std::string format_prediction(const Prediction& prediction, const PartitionCosts& costs);
+
+}  // namespace stalepipe::sim

@@ -1,0 +1,203 @@
+#include "stalepipe/partition/profile.h"
+
+#include <malloc.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+
+#include <ATen/Parallel.h>
+#include <nlohmann/json.hpp>
+#include <torch/autograd.h>
+#include <torch/cuda.h>
+
+#include "stalepipe/common/error.h"
+#include "stalepipe/models/layer_table.h"
+#include "stalepipe/models/model.h"
+
+namespace stalepipe::partition {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double ms_since(Clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// Bytes the process holds from malloc (all arenas) plus mmapped blocks: LibTorch's CPU
+// allocator is posix_memalign underneath, so tensors show up here.
+int64_t heap_in_use() {
+  const struct mallinfo2 info = mallinfo2();
+  return static_cast<int64_t>(info.uordblks + info.hblkhd);
+}
+
+int64_t tensor_bytes(const torch::Tensor& t) {
+  return static_cast<int64_t>(t.numel()) * static_cast<int64_t>(t.element_size());
+}
+
+std::string layers_text(const std::vector<int>& layers) {
+  if (layers.empty()) return "-";
+  if (layers.size() == 1) return std::to_string(layers.front());
+  return std::to_string(layers.front()) + "-" + std::to_string(layers.back());
+}
+
+}  // namespace
+
+Profile profile_model(models::Model& model, const ProfileOptions& options) {
+  SP_CHECK_ARG(options.batch_size >= 1, "profile: --batch-size must be >= 1, got ", options.batch_size);
+  SP_CHECK_ARG(options.repeats >= 1, "profile: --repeats must be >= 1, got ", options.repeats);
+  SP_CHECK_ARG(options.warmup >= 0, "profile: --warmup must be >= 0, got ", options.warmup);
+  SP_CHECK_ARG(options.threads >= 0, "profile: --threads must be >= 0, got ", options.threads);
+  const int threads_before = at::get_num_threads();
+  if (options.threads > 0) at::set_num_threads(options.threads);
+
+  Profile profile;
+  profile.model = model.name;
+  profile.batch_size = options.batch_size;
+  profile.threads = at::get_num_threads();
+  profile.channels = model.input.channels;
+  const auto info = models::describe_units(model);
+
+  auto tensor_options = torch::TensorOptions().dtype(torch::kFloat32);
+  for (const auto& unit : model.units) {
+    const auto params = unit.module.ptr()->parameters();
+    if (!params.empty()) {
+      tensor_options = tensor_options.device(params.front().device()).dtype(params.front().dtype());
+      break;
+    }
+  }
+  torch::Tensor x = torch::randn({options.batch_size, model.input.channels, model.input.height,
+                                  model.input.width}, tensor_options);
+  profile.input_bytes = tensor_bytes(x);
+
+  for (size_t u = 0; u < model.units.size(); ++u) {
+    auto& unit = model.units[u];
+    auto module = unit.module.ptr();
+    module->train();
+    UnitProfile row;
+    row.index = static_cast<int>(u);
+    row.name = unit.name;
+    row.weight_layers = unit.weight_layers;
+    row.forward_mflops = info[u].forward_mflops;
+    for (const auto& p : module->parameters()) {
+      if (p.requires_grad()) row.parameter_bytes += tensor_bytes(p);
+    }
+    std::vector<double> forward_ms, backward_ms;
+    torch::Tensor next;
+    for (int r = 0; r < options.warmup + options.repeats; ++r) {
+      torch::Tensor input = x.detach().requires_grad_(true);
+      const bool cpu = input.device().is_cpu();
+      const int64_t heap_before = heap_in_use();
+      auto start = Clock::now();
+      torch::Tensor out = unit.module.forward(input);
+      if (!cpu) torch::cuda::synchronize();
+      const double f_ms = ms_since(start);
+      const int64_t kept = heap_in_use() - heap_before;
+      torch::Tensor grad = torch::ones_like(out);
+      if (!cpu) torch::cuda::synchronize();
+      start = Clock::now();
+      out.backward(grad);
+      if (!cpu) torch::cuda::synchronize();
+      const double b_ms = ms_since(start);
+      if (r >= options.warmup) {
+        forward_ms.push_back(f_ms);
+        backward_ms.push_back(b_ms);
+        row.output_bytes = tensor_bytes(out);
+        row.kept_bytes = std::max(row.kept_bytes, cpu ? std::max(kept, row.output_bytes) : row.output_bytes);
+      }
+      next = out.detach();
+    }
+    for (auto& p : module->parameters()) {
+      if (p.grad().defined()) p.mutable_grad() = torch::Tensor();
+    }
+    row.forward_ms = median(forward_ms);
+    row.backward_ms = median(backward_ms);
+    profile.units.push_back(row);
+    x = next;
+  }
+  at::set_num_threads(threads_before);
+  return profile;
+}
+
+double profile_ms(const Profile& profile, size_t begin, size_t end) {
+  double ms = 0;
+  for (size_t u = begin; u < end && u < profile.units.size(); ++u) {
+    ms += profile.units[u].forward_ms + profile.units[u].backward_ms;
+  }
+  return ms;
+}
+
+std::string to_json(const Profile& profile) {
+  nlohmann::json units = nlohmann::json::array();
+  for (const auto& u : profile.units) {
+    units.push_back({{"index", u.index}, {"name", u.name}, {"weight_layers", u.weight_layers},
+                     {"forward_ms", u.forward_ms}, {"backward_ms", u.backward_ms},
+                     {"output_bytes", u.output_bytes}, {"kept_bytes", u.kept_bytes},
+                     {"parameter_bytes", u.parameter_bytes}, {"forward_mflops", u.forward_mflops}});
+  }
+  nlohmann::json j = {{"model", profile.model},     {"batch_size", profile.batch_size},
+                      {"threads", profile.threads}, {"channels", profile.channels},
+                      {"input_bytes", profile.input_bytes}, {"units", units}};
+  return j.dump(2) + "\n";
+}
+
+Profile from_json(const std::string& text, const std::string& source) {
+  Profile p;
+  try {
+    const auto j = nlohmann::json::parse(text);
+    p.model = j.at("model").get<std::string>();
+    p.batch_size = j.at("batch_size").get<int64_t>();
+    p.threads = j.at("threads").get<int>();
+    p.channels = j.value("channels", int64_t{0});
+    p.input_bytes = j.value("input_bytes", int64_t{0});
+    for (const auto& u : j.at("units")) {
+      UnitProfile row;
+      row.index = u.at("index").get<int>();
+      row.name = u.at("name").get<std::string>();
+      row.weight_layers = u.at("weight_layers").get<std::vector<int>>();
+      row.forward_ms = u.at("forward_ms").get<double>();
+      row.backward_ms = u.at("backward_ms").get<double>();
+      row.output_bytes = u.at("output_bytes").get<int64_t>();
+      row.kept_bytes = u.at("kept_bytes").get<int64_t>();
+      row.parameter_bytes = u.at("parameter_bytes").get<int64_t>();
+      row.forward_mflops = u.value("forward_mflops", 0.0);
+      p.units.push_back(row);
+    }
+  } catch (const nlohmann::json::exception& e) {
+    throw RuntimeError(source + ": not a stalepipe profile: " + e.what());
+  }
+  return p;
+}
+
+std::string format_profile_table(const Profile& p) {
+  std::string out = c10::str("model ", p.model, ", batch ", p.batch_size, ", ", p.threads,
+                             " thread(s); median ms; MB = 1e6 bytes per mini-batch; kept = what "
+                             "the forward leaves alive for the backward (output + saved tensors)\n");
+  char line[256];
+  std::snprintf(line, sizeof line, "%4s  %-12s %7s %9s %9s %10s %10s %10s\n", "unit", "name",
+                "layers", "fwd ms", "bwd ms", "output MB", "kept MB", "params MB");
+  out += line;
+  double f = 0, b = 0, kept = 0, params = 0;
+  for (const auto& u : p.units) {
+    std::snprintf(line, sizeof line, "%4d  %-12s %7s %9.3f %9.3f %10.3f %10.3f %10.3f\n", u.index,
+                  u.name.c_str(), layers_text(u.weight_layers).c_str(), u.forward_ms,
+                  u.backward_ms, u.output_bytes / 1e6, u.kept_bytes / 1e6, u.parameter_bytes / 1e6);
+    out += line;
+    f += u.forward_ms;
+    b += u.backward_ms;
+    kept += static_cast<double>(u.kept_bytes);
+    params += static_cast<double>(u.parameter_bytes);
+  }
+  std::snprintf(line, sizeof line, "%4s  %-12s %7s %9.3f %9.3f %10s %10.3f %10.3f\n", "", "total",
+                "", f, b, "", kept / 1e6, params / 1e6);
+  out += line;
+  return out;
+}
+
+}  // namespace stalepipe::partition

@@ -1,0 +1,163 @@
+#include "stalepipe/sim/simulate.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+
+#include "stalepipe/common/error.h"
+#include "stalepipe/partition/plan.h"
+#include "stalepipe/partition/profile.h"
+
+namespace stalepipe::sim {
+namespace {
+
+template <typename T>
+T at_or(const std::vector<T>& v, size_t i, T fallback) {
+  return i < v.size() ? v[i] : fallback;
+}
+
+}  // namespace
+
+PartitionCosts partition_costs(const partition::Profile& profile, const partition::Plan& plan) {
+  PartitionCosts costs;
+  for (const auto& [first, last] : plan.unit_ranges) {
+    SP_CHECK_ARG(last <= profile.units.size(), "profile of ", profile.model, " has ",
+                 profile.units.size(), " units; the pipeline needs ", last);
+    double f = 0, b = 0;
+    int64_t kept = first == 0 ? profile.input_bytes : profile.units[first - 1].output_bytes;
+    int64_t params = 0;
+    for (size_t u = first; u < last; ++u) {
+      f += profile.units[u].forward_ms;
+      b += profile.units[u].backward_ms;
+      kept += profile.units[u].kept_bytes;
+      params += profile.units[u].parameter_bytes;
+    }
+    costs.forward_seconds.push_back(f / 1e3);
+    costs.backward_seconds.push_back(b / 1e3);
+    costs.activation_bytes.push_back(kept);
+    costs.parameter_bytes.push_back(params);
+  }
+  return costs;
+}
+
+Prediction simulate(const schedule::Schedule& schedule, const PartitionCosts& costs,
+                    const SimulateOptions& options) {
+  const int K = schedule.num_workers;
+  SP_CHECK_ARG(static_cast<int>(costs.forward_seconds.size()) == K &&
+                   static_cast<int>(costs.backward_seconds.size()) == K,
+               "simulate: the schedule has ", K, " workers but ", costs.forward_seconds.size(),
+               " forward and ", costs.backward_seconds.size(), " backward times were given");
+  for (int k = 0; k < K; ++k) {
+    SP_CHECK_ARG(costs.forward_seconds[k] >= 0 && costs.backward_seconds[k] >= 0 &&
+                     at_or(costs.update_seconds, k, 0.0) >= 0,
+                 "simulate: partition ", k + 1, " has a negative time");
+  }
+  SP_CHECK_ARG(options.transfer_seconds >= 0, "simulate: negative transfer time");
+
+  // Message arrival times: forward_done[k][t], backward_done[k][t].
+  std::vector<std::map<int64_t, double>> forward_done(K), backward_done(K);
+  std::vector<size_t> next(K, 0);
+  std::vector<double> free_at(K, 0.0);
+  std::map<int64_t, double> completion;  // step -> end of its last op
+  Prediction p;
+  p.workers.resize(K);
+  size_t remaining = 0;
+  for (const auto& ops : schedule.worker_ops) remaining += ops.size();
+  while (remaining > 0) {
+    bool progressed = false;
+    for (int k = 0; k < K; ++k) {
+      const auto& ops = schedule.worker_ops[k];
+      while (next[k] < ops.size()) {
+        const schedule::Op& op = ops[next[k]];
+        double ready = 0, duration = 0;
+        if (op.kind == schedule::OpKind::kForward) {
+          if (k > 0) {
+            const auto it = forward_done[k - 1].find(op.step);
+            if (it == forward_done[k - 1].end()) break;
+            ready = it->second + options.transfer_seconds;
+          }
+          duration = costs.forward_seconds[k];
+        } else if (op.kind == schedule::OpKind::kBackward) {
+          if (k < K - 1) {
+            const auto it = backward_done[k + 1].find(op.step);
+            if (it == backward_done[k + 1].end()) break;
+            ready = it->second + options.transfer_seconds;
+          }
+          duration = costs.backward_seconds[k];
+        } else {
+          duration = at_or(costs.update_seconds, k, 0.0);
+        }
+        OpEvent e;
+        e.worker = k;
+        e.op = op;
+        e.start_seconds = std::max(free_at[k], ready);
+        e.end_seconds = e.start_seconds + duration;
+        free_at[k] = e.end_seconds;
+        if (op.kind == schedule::OpKind::kForward) forward_done[k][op.step] = e.end_seconds;
+        if (op.kind == schedule::OpKind::kBackward) backward_done[k][op.step] = e.end_seconds;
+        double& c = completion[op.step];
+        c = std::max(c, e.end_seconds);
+        p.workers[k].busy_seconds += duration;
+        p.events.push_back(e);
+        ++next[k];
+        --remaining;
+        progressed = true;
+      }
+    }
+    SP_CHECK(progressed, "simulate: the schedule deadlocks (no worker can proceed)");
+  }
+
+  double first = 0, last = 0;
+  for (const auto& e : p.events) last = std::max(last, e.end_seconds);
+  p.makespan_seconds = last - first;
+  const int64_t steps = schedule.end_step - schedule.first_step;
+  const int64_t lo = schedule.first_step + 2 * K, hi = schedule.end_step - 1 - 2 * K;
+  if (steps >= 4 * K + 4 && hi > lo) {
+    p.steady_step_seconds = (completion[hi] - completion[lo]) / static_cast<double>(hi - lo);
+  } else if (steps > 0) {
+    p.steady_step_seconds = p.makespan_seconds / static_cast<double>(steps);
+  }
+  const double batch = static_cast<double>(options.batch_size);
+  if (p.steady_step_seconds > 0) p.steady_images_per_second = batch / p.steady_step_seconds;
+  if (p.makespan_seconds > 0) p.images_per_second = batch * steps / p.makespan_seconds;
+
+  const auto stats = schedule::analyze(schedule);
+  for (int k = 0; k < K; ++k) {
+    auto& w = p.workers[k];
+    if (p.makespan_seconds > 0) w.bubble_fraction = 1 - w.busy_seconds / p.makespan_seconds;
+    const double per_step = costs.forward_seconds[k] + costs.backward_seconds[k] +
+                            at_or(costs.update_seconds, k, 0.0);
+    if (p.steady_step_seconds > 0) w.steady_bubble_fraction = 1 - per_step / p.steady_step_seconds;
+    w.max_in_flight = stats.workers[k].max_in_flight;
+    w.activation_bytes = w.max_in_flight * at_or(costs.activation_bytes, k, int64_t{0});
+    w.weight_bytes = at_or(costs.parameter_bytes, k, int64_t{0});
+    w.optimizer_bytes = w.weight_bytes * (options.momentum ? 2 : 1);
+  }
+  return p;
+}
+
+std::string format_prediction(const Prediction& p, const PartitionCosts& costs) {
+  std::string out = c10::str("predicted: ", static_cast<int64_t>(p.steady_images_per_second + 0.5),
+                             " images/s in steady state (one mini-batch every ",
+                             p.steady_step_seconds * 1e3, " ms); ",
+                             static_cast<int64_t>(p.images_per_second + 0.5),
+                             " images/s over the whole segment (", p.makespan_seconds * 1e3,
+                             " ms, fill and drain included)\n");
+  char line[256];
+  std::snprintf(line, sizeof line, "%6s %9s %9s %9s %8s %13s %9s %10s %10s %10s\n", "worker",
+                "fwd ms", "bwd ms", "busy ms", "bubble", "steady bubble", "in flight", "act MB",
+                "weights MB", "memory MB");
+  out += line;
+  for (size_t k = 0; k < p.workers.size(); ++k) {
+    const auto& w = p.workers[k];
+    std::snprintf(line, sizeof line, "%6zu %9.3f %9.3f %9.1f %7.1f%% %12.1f%% %9d %10.2f %10.2f %10.2f\n",
+                  k + 1, costs.forward_seconds[k] * 1e3, costs.backward_seconds[k] * 1e3,
+                  w.busy_seconds * 1e3, 100 * w.bubble_fraction, 100 * w.steady_bubble_fraction,
+                  w.max_in_flight, w.activation_bytes / 1e6, w.weight_bytes / 1e6,
+                  w.memory_bytes() / 1e6);
+    out += line;
+  }
+  return out;
+}
+
+}  // namespace stalepipe::sim
