@@ -18,8 +18,9 @@ namespace {
 
 struct Finished {
   const PlannedRun* run;
-  nlohmann::json summary;
+  nlohmann::json summary;  // null for a diverged run
   std::vector<double> test_accuracy_per_epoch;
+  bool diverged() const { return summary.is_null(); }
 };
 
 struct Spread {
@@ -55,6 +56,10 @@ void write_results(const Experiment& experiment) {
   std::vector<Finished> done;
   for (const auto& run : experiment.runs) {
     const fs::path dir = run.options.out();
+    if (fs::exists(dir / "diverged.json") && !fs::exists(dir / "summary.json")) {
+      done.push_back(Finished{&run, nlohmann::json(), {}});
+      continue;
+    }
     if (!fs::exists(dir / "summary.json")) continue;
     Finished f{&run, nlohmann::json::parse(read_file((dir / "summary.json").string())), {}};
     std::ifstream metrics(dir / "metrics.jsonl");
@@ -77,6 +82,10 @@ void write_results(const Experiment& experiment) {
   csv << "\n";
   for (const auto& f : done) {
     csv << f.run->name << "," << f.run->seed;
+    if (f.diverged()) {
+      csv << ",diverged\n";
+      continue;
+    }
     for (const char* c : columns) {
       const auto& v = f.summary.value(c, nlohmann::json());
       csv << "," << (v.is_string() ? v.get<std::string>() : v.dump());
@@ -94,49 +103,79 @@ void write_results(const Experiment& experiment) {
   }
   auto accuracies = [&](const std::string& name) {
     std::vector<double> v;
-    for (const auto* f : by_name[name]) v.push_back(100 * f->summary.at("test_accuracy").get<double>());
+    for (const auto* f : by_name[name]) {
+      if (!f->diverged()) v.push_back(100 * f->summary.at("test_accuracy").get<double>());
+    }
     return v;
   };
   std::string baseline;
   for (const auto& name : order) {
     if (by_name[name].front()->run->baseline) baseline = name;
   }
+  // The run's first seed that did not diverge describes its settings; null if all diverged.
+  auto described = [&](const std::string& name) -> const Finished* {
+    for (const auto* f : by_name[name]) {
+      if (!f->diverged()) return f;
+    }
+    return nullptr;
+  };
+  auto diverged_count = [&](const std::string& name) {
+    size_t n = 0;
+    for (const auto* f : by_name[name]) n += f->diverged();
+    return n;
+  };
   const Spread base = baseline.empty() ? Spread{} : spread(accuracies(baseline));
   md << "| run | model | PPV | K | schedule | stale weights (%) | seeds | test accuracy (%) | drop (points) | images/s | wall (s) |\n"
      << "|---|---|---|---|---|---|---|---|---|---|---|\n";
   std::vector<detail::Series> drops;  // one per run, so the legend names the points
   for (const auto& name : order) {
-    const auto& first = by_name[name].front()->summary;
+    const Finished* any = described(name);
+    const size_t diverged = diverged_count(name);
+    const std::string diverged_note =
+        diverged ? c10::str(" (", diverged, " of ", by_name[name].size(), " seeds diverged)") : "";
+    if (!any) {
+      md << "| " << name << " | " << by_name[name].front()->run->options.model() << " | "
+         << by_name[name].front()->run->options.pipeline() << " | | | | " << by_name[name].size()
+         << " | diverged" << diverged_note << " | | | |\n";
+      continue;
+    }
+    const auto& first = any->summary;
     const Spread acc = spread(accuracies(name));
     std::vector<double> ips, wall;
     for (const auto* f : by_name[name]) {
+      if (f->diverged()) continue;
       ips.push_back(f->summary.at("images_per_second").get<double>());
       wall.push_back(f->summary.at("wall_seconds").get<double>());
     }
     const double stale = first.at("stale_weight_percent").get<double>();
     md << "| " << name << " | " << first.at("model").get<std::string>() << " | "
        << first.at("ppv").get<std::string>() << " | " << first.at("partitions") << " | "
-       << first.at("schedule").get<std::string>() << " | " << fixed(stale, 1) << " | " << acc.n
-       << " | " << fixed(acc.mean, 2) << (acc.n > 1 ? " ± " + fixed(acc.std, 2) : "") << " | "
+       << (first.at("partitions").get<int>() == 1 ? "none" : first.at("schedule").get<std::string>()) << " | "
+       << fixed(stale, 1) << " | " << by_name[name].size() << " | " << fixed(acc.mean, 2)
+       << (acc.n > 1 ? " ± " + fixed(acc.std, 2) : "") << diverged_note << " | "
        << (baseline.empty() ? "-" : fixed(base.mean - acc.mean, 2)) << " | "
        << fixed(spread(ips).mean, 0) << " | " << fixed(spread(wall).mean, 0) << " |\n";
-    if (!baseline.empty()) {
-      drops.push_back({name, {stale}, {base.mean - acc.mean}, {acc.std}});
-    }
+    if (!baseline.empty()) drops.push_back({name, {stale}, {base.mean - acc.mean}, {acc.std}});
   }
-  md << "\nAccuracy: mean ± sample standard deviation over seeds; drop: baseline ("
+  md << "\nAccuracy: mean ± sample standard deviation over the seeds that did not diverge; "
+        "drop: baseline ("
      << (baseline.empty() ? "none" : baseline) << ") mean minus run mean.\n";
   write_file_atomic((fs::path(experiment.out) / "results.md").string(), md.str());
 
   // Test accuracy per epoch, seed-averaged, one line per run.
   std::vector<detail::Series> curves;
   for (const auto& name : order) {
+    if (!described(name)) continue;
     detail::Series s{name, {}, {}, {}};
-    size_t epochs = by_name[name].front()->test_accuracy_per_epoch.size();
-    for (const auto* f : by_name[name]) epochs = std::min(epochs, f->test_accuracy_per_epoch.size());
+    size_t epochs = described(name)->test_accuracy_per_epoch.size();
+    for (const auto* f : by_name[name]) {
+      if (!f->diverged()) epochs = std::min(epochs, f->test_accuracy_per_epoch.size());
+    }
     for (size_t e = 0; e < epochs; ++e) {
       std::vector<double> v;
-      for (const auto* f : by_name[name]) v.push_back(100 * f->test_accuracy_per_epoch[e]);
+      for (const auto* f : by_name[name]) {
+        if (!f->diverged()) v.push_back(100 * f->test_accuracy_per_epoch[e]);
+      }
       s.x.push_back(static_cast<double>(e + 1));
       s.y.push_back(spread(v).mean);
     }

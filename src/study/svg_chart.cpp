@@ -52,9 +52,11 @@ std::string svg_chart(const std::string& title, const std::string& x_label,
   if (x0 > x1) x0 = 0, x1 = 1, y0 = 0, y1 = 1;
   if (x1 - x0 < 1e-12) x0 -= 0.5, x1 += 0.5;
   if (y1 - y0 < 1e-12) y0 -= 0.5, y1 += 0.5;
-  const double pad = 0.05 * (y1 - y0);
-  y0 -= pad;
-  y1 += pad;
+  const double x_pad = 0.04 * (x1 - x0), y_pad = 0.05 * (y1 - y0);
+  x0 -= x_pad;
+  x1 += x_pad;
+  y0 -= y_pad;
+  y1 += y_pad;
   const double plot_w = kWidth - kLeft - kRight, plot_h = kHeight - kTop - kBottom;
   auto px = [&](double x) { return kLeft + (x - x0) / (x1 - x0) * plot_w; };
   auto py = [&](double y) { return kTop + (1 - (y - y0) / (y1 - y0)) * plot_h; };
@@ -72,7 +74,8 @@ std::string svg_chart(const std::string& title, const std::string& x_label,
     const double step = tick_step(hi - lo);
     for (double v = std::ceil(lo / step) * step; v <= hi + 1e-9; v += step) {
       std::ostringstream label;
-      label << std::round(v / step * 1000) / 1000 * step;
+      const double tick = std::round(v / step * 1000) / 1000 * step;
+      label << (std::abs(tick) < 1e-9 * step ? 0.0 : tick);  // never "-0"
       if (axis == 0) {
         svg << "<line x1='" << px(v) << "' y1='" << kTop + plot_h << "' x2='" << px(v) << "' y2='"
             << kTop + plot_h + 5 << "' stroke='#444'/><text x='" << px(v) << "' y='"

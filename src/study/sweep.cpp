@@ -81,6 +81,7 @@ Experiment load_experiment(const std::string& path) {
 
 RunState run_state(const PlannedRun& run) {
   if (fs::exists(fs::path(run.options.out()) / "summary.json")) return RunState::kFinished;
+  if (fs::exists(fs::path(run.options.out()) / "diverged.json")) return RunState::kDiverged;
   if (train::has_checkpoint(run.options.out())) return RunState::kInterrupted;
   return RunState::kMissing;
 }
@@ -91,25 +92,35 @@ int run_sweep(const Experiment& experiment, const SweepOptions& options) {
   for (const auto& run : experiment.runs) {
     ++index;
     const RunState state = run_state(run);
+    const bool done = state == RunState::kFinished || state == RunState::kDiverged;
     const char* label = state == RunState::kFinished    ? "finished"
+                        : state == RunState::kDiverged    ? "diverged"
                         : state == RunState::kInterrupted ? "interrupted"
                                                            : "missing";
-    const char* action = options.dry_run || state == RunState::kFinished ? ""
+    const char* action = options.dry_run || done ? ""
                          : state == RunState::kInterrupted               ? ", resuming"
                                                                           : ", training";
     std::fprintf(stderr, "sweep [%zu/%zu] %s seed %llu: %s%s\n", index, experiment.runs.size(),
                  run.name.c_str(), static_cast<unsigned long long>(run.seed), label, action);
-    if (options.dry_run || state == RunState::kFinished) continue;
+    if (options.dry_run || done) continue;
     auto o = run.options;
     o.progress(options.progress);
-    if (state == RunState::kInterrupted) {
-      train::resume(o.out());
-    } else {
-      // A folder without a checkpoint holds nothing worth keeping (a run that died before
-      // its first checkpoint): start it again.
-      std::error_code ignored;
-      fs::remove_all(o.out(), ignored);
-      train::train(o);
+    try {
+      if (state == RunState::kInterrupted) {
+        train::resume(o.out());
+      } else {
+        // A folder without a checkpoint holds nothing worth keeping (a run that died before
+        // its first checkpoint): start it again.
+        std::error_code ignored;
+        fs::remove_all(o.out(), ignored);
+        train::train(o);
+      }
+    } catch (const train::DivergedError& e) {
+      // Divergence under staleness is a result of the study, not a failure of the sweep.
+      std::fprintf(stderr, "sweep: %s seed %llu diverged: %s\n", run.name.c_str(),
+                   static_cast<unsigned long long>(run.seed), e.what());
+      write_file_atomic((fs::path(o.out()) / "diverged.json").string(),
+                        nlohmann::json{{"diverged", true}, {"message", e.what()}}.dump(2) + "\n");
     }
     ++trained;
   }

@@ -244,6 +244,11 @@ void share_from_last_rank(Run& run, std::vector<double*> values) {
   for (size_t i = 0; i < values.size(); ++i) *values[i] = t[i].item<double>();
 }
 
+// What the run's schedule amounts to: with one partition every schedule is sequential.
+std::string schedule_name(const Run& run) {
+  return run.plan.num_partitions() == 1 ? "sequential" : run.options.schedule();
+}
+
 std::pair<double, double> evaluate(Run& run) {
   at::set_num_threads(run.threads);
   torch::NoGradGuard no_grad;
@@ -377,7 +382,7 @@ TrainResult run_training(Run& run, const CheckpointInfo* from, const TrainHooks&
     }
     log_line(hooks, progress,
              c10::str("  pipeline ", partition::format_ppv(run.plan.ppv), ": ", K,
-                      " partitions, schedule ", o.schedule(), ", stale weights ",
+                      " partitions, schedule ", schedule_name(run), ", stale weights ",
                       run.report.stale_weight_percent, "%",
                       run.switch_step >= 0 ? c10::str(", switch to sequential at step ", run.switch_step) : ""));
     if (from) log_line(hooks, progress, c10::str("resuming at step ", step, " (epoch ", first_epoch + 1, ")"));
@@ -501,8 +506,10 @@ TrainResult run_training(Run& run, const CheckpointInfo* from, const TrainHooks&
     std::tie(m.test_loss, m.test_accuracy) = evaluate(run);
     m.images_per_second = epoch_seconds > 0 ? static_cast<double>(samples) / epoch_seconds : 0;
     m.wall_seconds = wall;
-    SP_CHECK(std::isfinite(m.train_loss), "epoch ", m.epoch, ": training loss is not finite (",
-             m.train_loss, "); the run diverged - try a smaller --lr or --warmup-epochs");
+    if (!std::isfinite(m.train_loss)) {
+      throw DivergedError(c10::str("epoch ", m.epoch, ": training loss is not finite (", m.train_loss,
+                                   "); the run diverged - try a smaller --lr or --warmup-epochs"));
+    }
     result.epochs.push_back(m);
     if (!metrics_path.empty()) {
       std::ofstream(metrics_path, std::ios::app) << metrics_json(m).dump() << "\n";
@@ -544,7 +551,7 @@ TrainResult run_training(Run& run, const CheckpointInfo* from, const TrainHooks&
         {"peak_rss_mb", peak_rss_mb()},
         {"ppv", partition::format_ppv(run.plan.ppv)},
         {"partitions", K},
-        {"schedule", o.schedule()},
+        {"schedule", schedule_name(run)},
         {"hybrid_switch_step", run.switch_step},
         {"executor", run.executor->name()},
         {"threads_per_worker", run.threads_per_worker},

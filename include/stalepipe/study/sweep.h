@@ -12,7 +12,8 @@
 //       {"name": "ppv2-hybrid", "pipeline": "2", "schedule": "hybrid", "hybrid_switch": "10"}
 //     ]
 //   }
-// Each (run, seed) is finished (summary.json exists: skipped), interrupted (a checkpoint
+// Each (run, seed) is finished (summary.json exists: skipped), diverged (diverged.json exists:
+// its loss became non-finite; skipped, and reported as such), interrupted (a checkpoint
 // exists: resumed), or missing (trained). Then every summary is collected into
 // <out>/results.csv and <out>/results.md (per run and seed, and per run over seeds with the
 // accuracy drop against the baseline run), and the plots <out>/accuracy.svg (test accuracy
@@ -43,7 +44,7 @@ struct Experiment {
 // entry (unknown option name, wrong type, duplicate run name, no runs, no seeds).
 Experiment load_experiment(const std::string& path);
 
-enum class RunState { kMissing, kInterrupted, kFinished };
+enum class RunState { kMissing, kInterrupted, kFinished, kDiverged };
 RunState run_state(const PlannedRun& run);
 
 struct SweepOptions {
@@ -52,8 +53,9 @@ struct SweepOptions {
 };
 
 // Runs what is missing or interrupted (in file order), then writes the tables and plots.
-// Returns the number of runs trained or resumed. A failing run stops the sweep (its
-// checkpoint remains, so the next sweep resumes it).
+// Returns the number of runs trained or resumed. A diverging run is recorded and the sweep
+// goes on; any other failure stops the sweep (its checkpoint remains, so the next sweep
+// resumes it).
 int run_sweep(const Experiment& experiment, const SweepOptions& options);
 
 // Collects the finished runs' summaries and metrics into the tables and plots.

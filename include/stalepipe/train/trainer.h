@@ -16,9 +16,17 @@
 #include <torch/types.h>
 
 #include "stalepipe/exec/processes.h"
+#include "stalepipe/common/error.h"
 #include "stalepipe/train/options.h"
 
 namespace stalepipe::train {
+
+// The training loss became NaN or infinite: the run diverged (too much staleness for its
+// learning rate). The last checkpoint, from before the divergence, is intact.
+class DivergedError : public RuntimeError {
+ public:
+  using RuntimeError::RuntimeError;
+};
 
 struct EpochMetrics {
   int64_t epoch = 0;  // 1-based

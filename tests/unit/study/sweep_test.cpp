@@ -82,6 +82,21 @@ TEST(Sweep, ResumesAnInterruptedRunToTheSameResult) {
   EXPECT_EQ(resumed["test_accuracy"], reference["test_accuracy"]);
 }
 
+TEST(Sweep, ADivergingRunIsRecordedAndTheSweepGoesOn) {
+  test::TempDir dir;
+  const auto ex = load_experiment(write_experiment(
+      dir, nlohmann::json::array({{{"name", "baseline"}, {"baseline", true}},
+                                  {{"name", "explodes"}, {"pipeline", "2"}, {"lr", 1e6}}})));
+  EXPECT_EQ(run_sweep(ex, {}), 4);
+  EXPECT_EQ(run_state(ex.runs[2]), RunState::kDiverged);
+  EXPECT_EQ(run_state(ex.runs[3]), RunState::kDiverged);
+  EXPECT_EQ(run_sweep(ex, {}), 0);  // diverged runs are not retried
+  std::stringstream md;
+  md << std::ifstream(ex.out + "/results.md").rdbuf();
+  EXPECT_NE(md.str().find("| explodes | lenet5 | 2 |"), std::string::npos) << md.str();
+  EXPECT_NE(md.str().find("diverged (2 of 2 seeds diverged)"), std::string::npos) << md.str();
+}
+
 TEST(Sweep, BadExperimentFilesAreUsageErrors) {
   test::TempDir dir;
   EXPECT_THROW(load_experiment(dir.path() + "/none.json"), UsageError);
