@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/json_file_impl.h"
 #include "stalepipe/common/error.h"
 #include "stalepipe/common/files.h"
 #include "stalepipe/study/sweep.h"
@@ -61,7 +62,7 @@ void write_results(const Experiment& experiment) {
       continue;
     }
     if (!fs::exists(dir / "summary.json")) continue;
-    Finished f{&run, nlohmann::json::parse(read_file((dir / "summary.json").string())), {}};
+    Finished f{&run, read_json_file((dir / "summary.json").string()), {}};
     std::ifstream metrics(dir / "metrics.jsonl");
     std::string line;
     while (std::getline(metrics, line)) {

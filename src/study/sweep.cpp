@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/json_file_impl.h"
 #include "stalepipe/common/error.h"
 #include "stalepipe/common/files.h"
 #include "stalepipe/train/checkpoint.h"
@@ -36,9 +37,9 @@ Experiment load_experiment(const std::string& path) {
   SP_CHECK_ARG(fs::exists(path), "sweep ", path, ": no such file");
   nlohmann::json file;
   try {
-    file = nlohmann::json::parse(read_file(path));
-  } catch (const nlohmann::json::exception& e) {
-    throw UsageError(path + ": not valid JSON: " + e.what());
+    file = read_json_file(path);
+  } catch (const RuntimeError& e) {
+    throw UsageError(e.what());  // the experiment file is the user's input
   }
   Experiment ex;
   ex.path = path;

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <torch/serialize.h>
 
+#include "common/json_file_impl.h"
 #include "stalepipe/common/error.h"
 #include "stalepipe/common/files.h"
 
@@ -82,9 +83,8 @@ CheckpointInfo read_checkpoint_info(const std::string& run_dir) {
   const std::string path = manifest_path(run_dir);
   SP_CHECK(fs::exists(path), path, ": no checkpoint manifest (was the run started with --out ",
            run_dir, "?)");
-  nlohmann::json manifest;
+  const nlohmann::json manifest = read_json_file(path);
   try {
-    manifest = nlohmann::json::parse(read_file(path));
     CheckpointInfo info;
     info.step = manifest.at("step").get<int64_t>();
     info.epochs_done = manifest.at("epochs_done").get<int64_t>();
@@ -105,7 +105,7 @@ CheckpointInfo load_checkpoint_shard(const std::string& run_dir, exec::Stage& st
                                      int partitions) {
   const CheckpointInfo info = read_checkpoint_info(run_dir);
   const std::string path = manifest_path(run_dir);
-  const auto manifest = nlohmann::json::parse(read_file(path));
+  const auto manifest = read_json_file(path);
   const auto& shards = manifest.at("shards");
   SP_CHECK(static_cast<int>(shards.size()) == partitions, path, ": checkpoint has ", shards.size(),
            " partitions, this run has ", partitions);

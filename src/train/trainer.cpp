@@ -17,6 +17,7 @@
 
 #include "options_json.h"
 #include "resolve_pipeline.h"
+#include "common/json_file_impl.h"
 #include "stalepipe/common/error.h"
 #include "stalepipe/common/files.h"
 #include "stalepipe/data/loader.h"
@@ -580,17 +581,20 @@ TrainResult train(const TrainOptions& options, const TrainHooks& hooks) {
   return run_training(run, nullptr, hooks);
 }
 
-TrainResult resume(const std::string& run_dir, const TrainHooks& hooks) {
+namespace {
+
+// The settings of the run in run_dir (its config.json).
+TrainOptions read_run_config(const std::string& run_dir) {
   const std::string config_path = (fs::path(run_dir) / "config.json").string();
-  SP_CHECK(fs::exists(config_path), "--resume ", run_dir, ": no config.json there; not a stalepipe run directory");
-  nlohmann::json json;
-  try {
-    json = nlohmann::json::parse(read_file(config_path));
-  } catch (const nlohmann::json::exception& e) {
-    throw RuntimeError(config_path + ": corrupt: " + e.what());
-  }
+  SP_CHECK(fs::exists(config_path), run_dir, ": no config.json there; not a stalepipe run directory");
+  return options_from_json(read_json_file(config_path), config_path);
+}
+
+}  // namespace
+
+TrainResult resume(const std::string& run_dir, const TrainHooks& hooks) {
   Run run;
-  run.options = options_from_json(json, config_path);
+  run.options = read_run_config(run_dir);
   run.options.out(run_dir);
   build(run, &hooks.process_group);
   const CheckpointInfo info =
@@ -603,10 +607,8 @@ TrainResult resume(const std::string& run_dir, const TrainHooks& hooks) {
 }
 
 std::pair<double, double> evaluate_run(const std::string& run_dir, int threads) {
-  const std::string config_path = (fs::path(run_dir) / "config.json").string();
-  SP_CHECK(fs::exists(config_path), run_dir, ": no config.json there; not a stalepipe run directory");
   Run run;
-  run.options = options_from_json(nlohmann::json::parse(read_file(config_path)), config_path);
+  run.options = read_run_config(run_dir);
   if (threads > 0) run.options.threads(threads);
   build(run);
   load_checkpoint(run_dir, run.pipeline->stages());
