@@ -20,10 +20,15 @@ void WorkerLoop::run_op(size_t i) {
     execute(op);
     return;
   }
-  const double start = steady_seconds();
+  op_start_ = steady_seconds();
   execute(op);
   // A forward that met the stop marker lowered the cutoff to its own step: it did no work.
-  if (op.step < cutoff_) context_.on_op(worker_, op, start, steady_seconds());
+  if (op.step < cutoff_) context_.on_op(worker_, op, op_start_, steady_seconds());
+}
+
+void WorkerLoop::input_arrived() {
+  // A trace shows compute, not the wait for a neighbour's message or the data.
+  if (context_.on_op) op_start_ = steady_seconds();
 }
 
 void WorkerLoop::execute(const schedule::Op& op) {
@@ -60,6 +65,7 @@ void WorkerLoop::forward(int64_t step) {
     SP_CHECK(in.step == step, "pipeline register out of order: expected mini-batch ", step,
              ", received ", in.step);
   }
+  input_arrived();
   if (in.stop) {
     cutoff_ = step;
     if (!last) links_.send_activation(worker_, std::move(in));
@@ -84,6 +90,7 @@ void WorkerLoop::backward(int64_t step) {
     SP_CHECK(in.step == step, "gradient out of order: expected mini-batch ", step, ", received ",
              in.step);
     grad_output = std::move(in.tensor);
+    input_arrived();
   }
   torch::Tensor grad_input = stage_.backward(step, grad_output);
   if (worker_ != 0) {

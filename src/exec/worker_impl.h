@@ -53,6 +53,7 @@ class WorkerLoop {
 
  private:
   void execute(const schedule::Op& op);
+  void input_arrived();
   void forward(int64_t step);
   void backward(int64_t step);
 
@@ -63,6 +64,7 @@ class WorkerLoop {
   const SegmentContext& context_;
   int64_t cutoff_;
   int64_t current_step_ = -1;
+  double op_start_ = 0;  // start of the current op's compute, for context.on_op
 };
 
 // Sets the calling thread's intra-op thread count to the worker's (context.threads_per_worker),
