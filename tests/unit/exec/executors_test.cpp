@@ -11,6 +11,12 @@ struct Case {
   std::vector<int> ppv;
 };
 
+// So that test listings show "lenet5 --pipeline 1,3", not the bytes of the struct.
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << c.model << " --pipeline";
+  for (size_t i = 0; i < c.ppv.size(); ++i) *os << (i ? "," : " ") << c.ppv[i];
+}
+
 std::string name_of(const Case& c) {
   std::string n = c.model + "_K" + std::to_string(c.ppv.size() + 1);
   return n;
