@@ -36,7 +36,6 @@ torch::Tensor Stage::forward(int64_t step, const torch::Tensor& input) {
   p.output = module_->forward(p.input);
   torch::Tensor register_value = p.output.detach();
   in_flight_.emplace(step, std::move(p));
-  max_in_flight_ = std::max(max_in_flight_, in_flight_.size());
   return register_value;
 }
 
@@ -57,7 +56,6 @@ StepLoss Stage::forward_loss(int64_t step, const torch::Tensor& input,
   }
   result.samples = y.size(0);
   in_flight_.emplace(step, std::move(p));
-  max_in_flight_ = std::max(max_in_flight_, in_flight_.size());
   return result;
 }
 

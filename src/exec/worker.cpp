@@ -101,11 +101,11 @@ void WorkerLoop::backward(int64_t step) {
   }
 }
 
-int use_worker_threads(const SegmentContext& context, int worker) {
-  if (worker >= static_cast<int>(context.threads_per_worker.size())) return 0;
-  const int threads = context.threads_per_worker[worker];
-  if (threads > 0) at::set_num_threads(threads);
-  return threads > 0 ? threads : 0;
+void use_worker_threads(const SegmentContext& context, int worker) {
+  if (worker < static_cast<int>(context.threads_per_worker.size()) &&
+      context.threads_per_worker[worker] > 0) {
+    at::set_num_threads(context.threads_per_worker[worker]);
+  }
 }
 
 void check_stages(const schedule::Schedule& schedule, const std::vector<Stage*>& stages) {

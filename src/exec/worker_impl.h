@@ -68,8 +68,8 @@ class WorkerLoop {
 };
 
 // Sets the calling thread's intra-op thread count to the worker's (context.threads_per_worker),
-// if one is given; returns the count set, or 0.
-int use_worker_threads(const SegmentContext& context, int worker);
+// if one is given.
+void use_worker_threads(const SegmentContext& context, int worker);
 
 // Throws RuntimeError unless there is one stage per worker of the schedule.
 void check_stages(const schedule::Schedule& schedule, const std::vector<Stage*>& stages);

@@ -136,7 +136,7 @@ void check_options(const TrainOptions& o) {
                "--schedule hybrid needs --hybrid-switch (epochs, or steps with an s suffix)");
 }
 
-std::string describe_units(const models::Model& model, size_t begin, size_t end) {
+std::string unit_range_name(const models::Model& model, size_t begin, size_t end) {
   return c10::str(model.units[begin].name, "..", model.units[end - 1].name);
 }
 
@@ -214,7 +214,7 @@ void build(Run& run, const exec::ProcessGroupOptions* group = nullptr) {
   auto sgd = optim::SgdOptions().momentum(o.momentum()).weight_decay(o.weight_decay()).nesterov(o.nesterov());
   run.pipeline = std::make_unique<exec::Pipeline>(run.model, run.plan, devices, sgd);
   for (const auto& [begin, end] : run.plan.unit_ranges) {
-    run.report.units.push_back(describe_units(run.model, begin, end));
+    run.report.units.push_back(unit_range_name(run.model, begin, end));
   }
   if (processes && group) {
     // Rendezvous last: every cheap check has passed on this rank.

@@ -37,7 +37,6 @@ class Channel {
       return false;
     }
     items_.push_back(std::move(item));
-    high_water_ = std::max(high_water_, items_.size());
     not_empty_.notify_one();
     return true;
   }
@@ -62,18 +61,7 @@ class Channel {
     not_full_.notify_all();
   }
 
-  bool closed() const {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return closed_;
-  }
-
   size_t capacity() const { return capacity_; }
-
-  // The largest number of items that were ever queued at once.
-  size_t high_water() const {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return high_water_;
-  }
 
  private:
   const size_t capacity_;
@@ -81,7 +69,6 @@ class Channel {
   std::condition_variable not_empty_;
   std::condition_variable not_full_;
   std::deque<T> items_;
-  size_t high_water_ = 0;
   bool closed_ = false;
 };
 

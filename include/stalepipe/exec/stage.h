@@ -72,7 +72,6 @@ class Stage {
   torch::Tensor predict(const torch::Tensor& input);
 
   size_t in_flight() const { return in_flight_.size(); }
-  size_t max_in_flight() const { return max_in_flight_; }
   void clear_in_flight() { in_flight_.clear(); }
 
   torch::nn::Sequential& module() { return module_; }
@@ -94,7 +93,6 @@ class Stage {
   std::unique_ptr<optim::Sgd> optimizer_;
   LossFn loss_;
   std::map<int64_t, Pending> in_flight_;
-  size_t max_in_flight_ = 0;
 };
 
 }  // namespace stalepipe::exec
