@@ -17,7 +17,7 @@ namespace stalepipe::cli {
 Command add_simulate(CLI::App& app) {
   struct Args {
     std::string model = "lenet5", pipeline = "none", balance = "time", profile, schedule = "stale", svg;
-    int partitions = 0, threads = 1;
+    int partitions = 0, threads = 1, micro_batches = 1;
     int64_t channels = 1, batch_size = 128, steps = 40;
     double transfer_ms = 0;
   };
@@ -32,7 +32,8 @@ Command add_simulate(CLI::App& app) {
   app.add_option("--threads", a->threads, "intra-op threads when measuring")->capture_default_str();
   app.add_option("--channels", a->channels, "input channels (1: MNIST-like, 3: CIFAR-10)")->capture_default_str();
   app.add_option("--steps", a->steps, "mini-batches in the simulated segment")->capture_default_str();
-  app.add_option("--schedule", a->schedule, "stale | sequential")->capture_default_str();
+  app.add_option("--schedule", a->schedule, "stale | sequential | gpipe | 1f1b-stash")->capture_default_str();
+  app.add_option("--micro-batches", a->micro_batches, "gpipe: micro-batches per mini-batch (each costs its share)")->capture_default_str();
   app.add_option("--transfer-ms", a->transfer_ms, "time per pipeline-register message")->capture_default_str();
   app.add_option("--svg", a->svg, "write the space-time diagram to this file");
   return [a]() {
@@ -60,7 +61,7 @@ Command add_simulate(CLI::App& app) {
     const auto plan = partition::make_plan(model, ppv);
     const auto costs = sim::partition_costs(profile, plan);
     const auto schedule = schedule::make_schedule(schedule::parse_schedule_kind(a->schedule),
-                                                  plan.num_partitions(), 0, a->steps);
+                                                  plan.num_partitions(), 0, a->steps, a->micro_batches);
     sim::SimulateOptions options;
     options.batch_size = profile.batch_size;
     options.transfer_seconds = a->transfer_ms / 1e3;

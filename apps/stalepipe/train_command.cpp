@@ -48,8 +48,13 @@ Command add_train(CLI::App& app) {
   auto* partitions = app.add_option("--partitions", o->partitions(), "K partitions with a balanced PPV (instead of --pipeline)");
   pipeline->excludes(partitions);
   app.add_option("--balance", o->balance(), "with --partitions: balance time (quick profile first) | params | flops")->capture_default_str();
-  app.add_option("--schedule", o->schedule(), "stale (PPL-SGD) | sequential | hybrid")->capture_default_str();
+  app.add_option("--schedule", o->schedule(), "stale (PPL-SGD) | sequential | hybrid | gpipe | 1f1b-stash (PipeDream)")->capture_default_str();
   app.add_option("--hybrid-switch", o->hybrid_switch(), "hybrid: switch to sequential after N epochs, or Ns steps (e.g. 3 or 500s)");
+  app.add_option("--micro-batches", o->micro_batches(), "gpipe: micro-batches per mini-batch")->capture_default_str();
+  app.add_flag("--delay-aware-lr", o->delay_aware_lr(), "mitigation: lr * (1+D)^-p for a gradient D updates stale (PipeMare)");
+  app.add_option("--delay-lr-anneal-epochs", o->delay_lr_anneal_epochs(), "with --delay-aware-lr: p falls from 1 to 0 over these epochs (0: p = 1 throughout)")->capture_default_str();
+  app.add_flag("--weight-prediction", o->weight_prediction(), "mitigation: forwards use weights extrapolated D updates ahead along the momentum");
+  app.add_flag("--spike-compensation", o->spike_compensation(), "mitigation: momentum spike compensation for delayed gradients (Kosson et al.)");
   app.add_option("--executor", o->executor(), "emulated (reference, one thread) | threads (one thread per partition) | processes (one rank per partition; see launch)")->capture_default_str();
   app.add_option("--devices", o->devices(), "one device per partition, e.g. cpu,cpu or cuda:0,cuda:1 (default: cpu)");
   app.add_option("--threads", o->threads(), "intra-op threads in all (0: all cores)")->capture_default_str();

@@ -24,7 +24,7 @@
 namespace stalepipe::exec {
 namespace {
 
-constexpr int64_t kHeaderSize = 12;  // step, stop, defined, dtype, ndim, dims[0..6]
+constexpr int64_t kHeaderSize = 13;  // step, stop, defined, dtype, ndim, dims[0..6], aux
 constexpr int64_t kMaxDims = 7;
 
 int env_int(const char* name, int fallback) {
@@ -269,11 +269,12 @@ void ProcessGroup::recv(torch::Tensor& tensor, int src, int tag) {
 }
 
 void ProcessGroup::send_tensor(const torch::Tensor& tensor, int dst, int tag, int64_t step,
-                               bool stop) {
+                               bool stop, int64_t aux) {
   auto header = torch::zeros({kHeaderSize}, torch::kLong);
   auto h = header.accessor<int64_t, 1>();
   h[0] = step;
   h[1] = stop ? 1 : 0;
+  h[12] = aux;
   const bool payload = tensor.defined() && !stop;
   h[2] = payload ? 1 : 0;
   if (payload) {
@@ -293,6 +294,7 @@ ProcessGroup::Received ProcessGroup::recv_tensor(int src, int tag) {
   Received r;
   r.step = h[0];
   r.stop = h[1] != 0;
+  r.aux = h[12];
   if (h[2] != 0) {
     std::vector<int64_t> shape(h[4]);
     for (int64_t d = 0; d < h[4]; ++d) shape[d] = h[5 + d];
@@ -334,10 +336,9 @@ void ProcessGroup::barrier() {
 
 namespace {
 
-// Tags: 8 per step (activation, labels, gradient; header and payload each); evaluation
-// batches use a range of their own.
+// Tags: 8 per message slot (activation, labels, gradient; header and payload each), a slot
+// being a (step, micro-batch) pair; evaluation batches use a range of their own.
 enum Slot { kActivation = 0, kLabels = 2, kGradient = 4 };
-int step_tag(int64_t step, Slot slot) { return static_cast<int>((step % (1 << 25)) * 8 + slot); }
 int eval_tag(int64_t index, Slot slot) {
   return (1 << 29) + static_cast<int>((index % (1 << 24)) * 8 + slot);
 }
@@ -347,45 +348,60 @@ int eval_tag(int64_t index, Slot slot) {
 // (a stopped segment skips only a suffix of forwards and backwards).
 class GroupLinks final : public detail::Links {
  public:
-  GroupLinks(ProcessGroup& group, const schedule::Schedule& schedule, int rank) : group_(group) {
+  GroupLinks(ProcessGroup& group, const schedule::Schedule& schedule, int rank)
+      : group_(group), micro_batches_(schedule.micro_batches) {
     for (const auto& op : schedule.worker_ops[rank]) {
-      if (op.kind == schedule::OpKind::kForward) forward_steps_.push_back(op.step);
-      if (op.kind == schedule::OpKind::kBackward) backward_steps_.push_back(op.step);
+      if (op.kind == schedule::OpKind::kForward) forwards_.push_back(op);
+      if (op.kind == schedule::OpKind::kBackward) backwards_.push_back(op);
     }
   }
   detail::Message recv_activation(int worker) override {
-    const int64_t step = next(forward_steps_, next_forward_);
-    auto in = group_.recv_tensor(worker - 1, step_tag(step, kActivation));
+    const schedule::Op op = next(forwards_, next_forward_);
+    auto in = group_.recv_tensor(worker - 1, tag(op.step, op.micro, kActivation));
     detail::Message m;
     m.step = in.step;
+    m.micro = op.micro;
     m.stop = in.stop;
     m.tensor = std::move(in.tensor);
-    if (!m.stop) m.labels = group_.recv_tensor(worker - 1, step_tag(step, kLabels)).tensor;
+    if (!m.stop) {
+      auto labels = group_.recv_tensor(worker - 1, tag(op.step, op.micro, kLabels));
+      m.labels = std::move(labels.tensor);
+      m.batch_samples = labels.aux;
+    }
     return m;
   }
   void send_activation(int worker, detail::Message m) override {
-    group_.send_tensor(m.tensor, worker + 1, step_tag(m.step, kActivation), m.step, m.stop);
-    if (!m.stop) group_.send_tensor(m.labels, worker + 1, step_tag(m.step, kLabels), m.step);
+    group_.send_tensor(m.tensor, worker + 1, tag(m.step, m.micro, kActivation), m.step, m.stop);
+    if (!m.stop) {
+      group_.send_tensor(m.labels, worker + 1, tag(m.step, m.micro, kLabels), m.step, false,
+                         m.batch_samples);
+    }
   }
   detail::Message recv_gradient(int worker) override {
-    const int64_t step = next(backward_steps_, next_backward_);
-    auto in = group_.recv_tensor(worker + 1, step_tag(step, kGradient));
+    const schedule::Op op = next(backwards_, next_backward_);
+    auto in = group_.recv_tensor(worker + 1, tag(op.step, op.micro, kGradient));
     detail::Message m;
     m.step = in.step;
+    m.micro = op.micro;
     m.tensor = std::move(in.tensor);
     return m;
   }
   void send_gradient(int worker, detail::Message m) override {
-    group_.send_tensor(m.tensor, worker - 1, step_tag(m.step, kGradient), m.step);
+    group_.send_tensor(m.tensor, worker - 1, tag(m.step, m.micro, kGradient), m.step);
   }
 
  private:
-  static int64_t next(const std::vector<int64_t>& steps, size_t& i) {
-    SP_CHECK(i < steps.size(), "processes executor: more messages than the schedule has operations");
-    return steps[i++];
+  int tag(int64_t step, int micro, Slot slot) const {
+    const int64_t index = step * micro_batches_ + micro;
+    return static_cast<int>((index % (1 << 25)) * 8 + slot);
+  }
+  static schedule::Op next(const std::vector<schedule::Op>& ops, size_t& i) {
+    SP_CHECK(i < ops.size(), "processes executor: more messages than the schedule has operations");
+    return ops[i++];
   }
   ProcessGroup& group_;
-  std::vector<int64_t> forward_steps_, backward_steps_;
+  int micro_batches_;
+  std::vector<schedule::Op> forwards_, backwards_;
   size_t next_forward_ = 0, next_backward_ = 0;
 };
 

@@ -1,5 +1,7 @@
 #include "stalepipe/exec/stage.h"
 
+#include <optional>
+
 #include <torch/autograd.h>
 #include <torch/nn/functional/loss.h>
 
@@ -27,47 +29,120 @@ torch::Tensor Stage::prepare_input(const torch::Tensor& input) const {
   return x.detach().requires_grad_(true);
 }
 
-torch::Tensor Stage::forward(int64_t step, const torch::Tensor& input) {
-  SP_CHECK(!is_last(), "partition ", index_ + 1, ": forward() called on the last partition");
-  SP_CHECK(!in_flight_.count(step), "partition ", index_ + 1, ", mini-batch ", step,
+namespace {
+
+std::vector<torch::Tensor> copy_weights(const std::vector<torch::Tensor>& params) {
+  std::vector<torch::Tensor> copies;
+  copies.reserve(params.size());
+  for (const auto& p : params) copies.push_back(p.detach().clone());
+  return copies;
+}
+
+// Through data(): pending graphs hold these tensors and must not see a version bump.
+void write_weights(const std::vector<torch::Tensor>& params, const std::vector<torch::Tensor>& values) {
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < params.size(); ++i) params[i].data().copy_(values[i]);
+}
+
+// Puts the current weights back when a pass that ran with other weights ends, even by a throw.
+class RestoreWeights {
+ public:
+  explicit RestoreWeights(const std::vector<torch::Tensor>& params)
+      : params_(params), saved_(copy_weights(params)) {}
+  ~RestoreWeights() { write_weights(params_, saved_); }
+  RestoreWeights(const RestoreWeights&) = delete;
+  RestoreWeights& operator=(const RestoreWeights&) = delete;
+
+ private:
+  const std::vector<torch::Tensor>& params_;
+  std::vector<torch::Tensor> saved_;
+};
+
+}  // namespace
+
+void Stage::begin_segment(const schedule::Schedule& schedule, std::function<double(int64_t)> lr) {
+  last_update_step_ = schedule.first_step - 1;
+  stash_weights_ = schedule.stash_weights;
+  stash_current_.reset();
+  delay_.clear();
+  lr_ = std::move(lr);
+}
+
+void Stage::clear_in_flight() {
+  in_flight_.clear();
+  delay_.clear();
+  stash_current_.reset();
+}
+
+torch::Tensor Stage::forward_with_weights(int64_t step, int micro, Pending& p,
+                                          const std::function<torch::Tensor()>& forward) {
+  SP_CHECK(!in_flight_.count({step, micro}), "partition ", index_ + 1, ", mini-batch ", step,
            ": forward twice without backward");
+  const int delay = static_cast<int>(step - 1 - last_update_step_);
+  delay_[step] = delay;
+  const auto& params = optimizer_->params();
+  std::optional<RestoreWeights> restore;
+  if (optimizer_->options().weight_prediction() && delay > 0) {
+    restore.emplace(params);
+    optimizer_->extrapolate(delay, optimizer_->effective_lr(lr_ ? lr_(step) : 0.0, delay, step));
+  }
+  if (stash_weights_) {
+    if (restore) {  // predicted weights are this forward's own
+      p.weights = std::make_shared<const std::vector<torch::Tensor>>(copy_weights(params));
+    } else {
+      if (!stash_current_) {
+        stash_current_ = std::make_shared<const std::vector<torch::Tensor>>(copy_weights(params));
+      }
+      p.weights = stash_current_;
+    }
+  }
+  return forward();
+}
+
+torch::Tensor Stage::forward(int64_t step, const torch::Tensor& input, int micro) {
+  SP_CHECK(!is_last(), "partition ", index_ + 1, ": forward() called on the last partition");
   Pending p;
   p.input = prepare_input(input);
-  p.output = module_->forward(p.input);
+  p.output = forward_with_weights(step, micro, p, [&] { return module_->forward(p.input); });
   torch::Tensor register_value = p.output.detach();
-  in_flight_.emplace(step, std::move(p));
+  in_flight_.emplace(Key{step, micro}, std::move(p));
   return register_value;
 }
 
 StepLoss Stage::forward_loss(int64_t step, const torch::Tensor& input,
-                             const torch::Tensor& labels) {
+                             const torch::Tensor& labels, int micro, double loss_scale) {
   SP_CHECK(is_last(), "partition ", index_ + 1, ": forward_loss() on a non-last partition");
-  SP_CHECK(!in_flight_.count(step), "partition ", index_ + 1, ", mini-batch ", step,
-           ": forward twice without backward");
   Pending p;
   p.input = prepare_input(input);
-  torch::Tensor logits = module_->forward(p.input);
+  const torch::Tensor logits =
+      forward_with_weights(step, micro, p, [&] { return module_->forward(p.input); });
   const torch::Tensor y = labels.to(device_);
-  p.output = loss_(logits, y);
+  const torch::Tensor loss = loss_(logits, y);
+  p.output = loss_scale == 1.0 ? loss : loss * loss_scale;
   StepLoss result;
-  result.loss = p.output.item<double>();
+  result.loss = loss.item<double>();
   if (logits.dim() == 2 && y.dim() == 1 && y.scalar_type() == torch::kLong) {
     result.correct = logits.detach().argmax(1).eq(y).sum().item<int64_t>();
   }
   result.samples = y.size(0);
-  in_flight_.emplace(step, std::move(p));
+  in_flight_.emplace(Key{step, micro}, std::move(p));
   return result;
 }
 
-Stage::Pending& Stage::pending(int64_t step, const char* what) {
-  auto it = in_flight_.find(step);
-  SP_CHECK(it != in_flight_.end(), "partition ", index_ + 1, ", mini-batch ", step, ": ", what,
-           " without a forward in flight");
+Stage::Pending& Stage::pending(int64_t step, int micro, const char* what) {
+  auto it = in_flight_.find({step, micro});
+  SP_CHECK(it != in_flight_.end(), "partition ", index_ + 1, ", mini-batch ", step,
+           micro ? c10::str(".", micro) : "", ": ", what, " without a forward in flight");
   return it->second;
 }
 
-torch::Tensor Stage::backward(int64_t step, const torch::Tensor& grad_output) {
-  Pending& p = pending(step, "backward");
+torch::Tensor Stage::backward(int64_t step, const torch::Tensor& grad_output, int micro) {
+  Pending& p = pending(step, micro, "backward");
+  std::optional<RestoreWeights> restore;
+  if (p.weights && p.weights != stash_current_) {  // the weights changed since the forward
+    restore.emplace(optimizer_->params());
+    write_weights(optimizer_->params(), *p.weights);
+  }
   if (is_last()) {
     p.output.backward();
   } else {
@@ -76,13 +151,20 @@ torch::Tensor Stage::backward(int64_t step, const torch::Tensor& grad_output) {
     p.output.backward(grad_output.to(device_));
   }
   torch::Tensor grad_input = is_first() ? torch::Tensor() : p.input.grad();
-  in_flight_.erase(step);
+  in_flight_.erase({step, micro});
   return grad_input;
 }
 
-void Stage::update(double lr) {
-  optimizer_->step(lr);
+void Stage::update(int64_t step, double lr) {
+  int delay = 0;
+  if (auto it = delay_.find(step); it != delay_.end()) {
+    delay = it->second;
+    delay_.erase(it);
+  }
+  optimizer_->step(optimizer_->effective_lr(lr, delay, step), delay);
   optimizer_->zero_grad();
+  last_update_step_ = step;
+  stash_current_.reset();
 }
 
 torch::Tensor Stage::predict(const torch::Tensor& input) {

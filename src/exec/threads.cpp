@@ -53,7 +53,9 @@ SegmentResult ThreadsExecutor::run(const schedule::Schedule& schedule,
   const int K = schedule.num_workers;
   const auto stats = schedule::analyze(schedule);
   std::vector<size_t> capacity;
-  for (int k = 0; k + 1 < K; ++k) capacity.push_back(stats.workers[k].max_in_flight + 1);
+  for (int k = 0; k + 1 < K; ++k) {
+    capacity.push_back(static_cast<size_t>(stats.workers[k].max_in_flight) * schedule.micro_batches + 1);
+  }
   ChannelLinks links(capacity);
 
   std::mutex error_mutex;

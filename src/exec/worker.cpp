@@ -2,6 +2,7 @@
 
 #include <ATen/Parallel.h>
 #include <chrono>
+#include <cmath>
 
 #include <c10/util/Exception.h>
 
@@ -36,35 +37,55 @@ void WorkerLoop::execute(const schedule::Op& op) {
   if (op.step >= cutoff_) return;  // stopped: this mini-batch never entered the pipeline
   switch (op.kind) {
     case schedule::OpKind::kForward:
-      forward(op.step);
+      forward(op.step, op.micro);
       break;
     case schedule::OpKind::kBackward:
-      backward(op.step);
+      backward(op.step, op.micro);
       break;
     case schedule::OpKind::kUpdate:
-      stage_.update(context_.lr(op.step));
+      stage_.update(op.step, context_.lr(op.step));
       break;
   }
 }
 
-void WorkerLoop::forward(int64_t step) {
-  const bool last = worker_ == schedule_.num_workers - 1;
+Message WorkerLoop::next_input(int64_t step, int micro) {
   Message in;
-  if (worker_ == 0) {
-    if (context_.stop && context_.stop->load()) {
-      in.step = step;
-      in.stop = true;
-    } else {
-      Input batch = context_.input(step);
-      in.step = step;
-      in.tensor = std::move(batch.x);
-      in.labels = std::move(batch.labels);
-    }
-  } else {
+  in.step = step;
+  in.micro = micro;
+  if (worker_ != 0) {
     in = links_.recv_activation(worker_);
-    SP_CHECK(in.step == step, "pipeline register out of order: expected mini-batch ", step,
-             ", received ", in.step);
+    SP_CHECK(in.step == step && in.micro == micro, "pipeline register out of order: expected ",
+             schedule::to_string({schedule::OpKind::kForward, step, micro}), ", received ",
+             schedule::to_string({schedule::OpKind::kForward, in.step, in.micro}));
+    return in;
   }
+  if (micro == 0) {
+    if (context_.stop && context_.stop->load()) {
+      in.stop = true;
+      return in;
+    }
+    Input batch = context_.input(step);
+    batch_samples_ = batch.x.size(0);
+    const int M = schedule_.micro_batches;
+    SP_CHECK(batch_samples_ >= M, "mini-batch ", step, " has ", batch_samples_,
+             " samples, fewer than its ", M, " micro-batches");
+    if (M == 1) {
+      micro_x_ = {std::move(batch.x)};
+      micro_labels_ = {std::move(batch.labels)};
+    } else {
+      micro_x_ = torch::tensor_split(batch.x, M);
+      micro_labels_ = torch::tensor_split(batch.labels, M);
+    }
+  }
+  in.tensor = std::move(micro_x_[micro]);
+  in.labels = std::move(micro_labels_[micro]);
+  in.batch_samples = batch_samples_;
+  return in;
+}
+
+void WorkerLoop::forward(int64_t step, int micro) {
+  const bool last = worker_ == schedule_.num_workers - 1;
+  Message in = next_input(step, micro);
   input_arrived();
   if (in.stop) {
     cutoff_ = step;
@@ -72,30 +93,47 @@ void WorkerLoop::forward(int64_t step) {
     return;
   }
   if (last) {
-    const StepLoss loss = stage_.forward_loss(step, in.tensor, in.labels);
-    if (context_.on_step) context_.on_step(step, loss);
+    const double share = static_cast<double>(in.labels.size(0)) / static_cast<double>(in.batch_samples);
+    const StepLoss loss = stage_.forward_loss(step, in.tensor, in.labels, micro, share);
+    // Costs nothing: the loss is on the host already. Stops the run at the first bad step.
+    if (!std::isfinite(loss.loss)) {
+      throw DivergedError(c10::str("training loss is ", loss.loss));
+    }
+    if (micro == 0) step_loss_ = StepLoss();
+    step_loss_.loss += loss.loss * static_cast<double>(loss.samples);
+    step_loss_.correct += loss.correct;
+    step_loss_.samples += loss.samples;
+    if (micro == schedule_.micro_batches - 1 && context_.on_step) {
+      StepLoss total = step_loss_;
+      total.loss /= static_cast<double>(total.samples);
+      context_.on_step(step, total);
+    }
     return;
   }
   Message out;
   out.step = step;
-  out.tensor = stage_.forward(step, in.tensor);
+  out.micro = micro;
+  out.tensor = stage_.forward(step, in.tensor, micro);
   out.labels = std::move(in.labels);
+  out.batch_samples = in.batch_samples;
   links_.send_activation(worker_, std::move(out));
 }
 
-void WorkerLoop::backward(int64_t step) {
+void WorkerLoop::backward(int64_t step, int micro) {
   torch::Tensor grad_output;
   if (worker_ != schedule_.num_workers - 1) {
     Message in = links_.recv_gradient(worker_);
-    SP_CHECK(in.step == step, "gradient out of order: expected mini-batch ", step, ", received ",
-             in.step);
+    SP_CHECK(in.step == step && in.micro == micro, "gradient out of order: expected ",
+             schedule::to_string({schedule::OpKind::kBackward, step, micro}), ", received ",
+             schedule::to_string({schedule::OpKind::kBackward, in.step, in.micro}));
     grad_output = std::move(in.tensor);
     input_arrived();
   }
-  torch::Tensor grad_input = stage_.backward(step, grad_output);
+  torch::Tensor grad_input = stage_.backward(step, grad_output, micro);
   if (worker_ != 0) {
     Message out;
     out.step = step;
+    out.micro = micro;
     out.tensor = std::move(grad_input);
     links_.send_gradient(worker_, std::move(out));
   }
@@ -120,6 +158,8 @@ void rethrow_with_context(std::exception_ptr error, int worker, int64_t step) {
     std::rethrow_exception(error);
   } catch (const UsageError& e) {
     throw UsageError(where + e.what());
+  } catch (const DivergedError& e) {
+    throw DivergedError(where + e.what());
   } catch (const c10::Error& e) {
     throw RuntimeError(where + e.what_without_backtrace());
   } catch (const std::exception& e) {

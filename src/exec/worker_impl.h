@@ -15,8 +15,10 @@ namespace stalepipe::exec::detail {
 // A pipeline-register message. `stop` marks "no mini-batch from this step on".
 struct Message {
   int64_t step = 0;
+  int micro = 0;
   torch::Tensor tensor;
-  torch::Tensor labels;  // travels with the activation to the last worker
+  torch::Tensor labels;       // travels with the activation to the last worker
+  int64_t batch_samples = 0;  // samples in the whole mini-batch (weights a micro-batch's loss)
   bool stop = false;
 };
 
@@ -43,7 +45,9 @@ class WorkerLoop {
   WorkerLoop(const schedule::Schedule& schedule, int worker, Stage& stage, Links& links,
              const SegmentContext& context)
       : schedule_(schedule), worker_(worker), stage_(stage), links_(links), context_(context),
-        cutoff_(schedule.end_step) {}
+        cutoff_(schedule.end_step) {
+    stage_.begin_segment(schedule, context.lr);
+  }
 
   // Runs operation i of this worker (in program order); reports it to context.on_op if set.
   void run_op(size_t i);
@@ -54,8 +58,9 @@ class WorkerLoop {
  private:
   void execute(const schedule::Op& op);
   void input_arrived();
-  void forward(int64_t step);
-  void backward(int64_t step);
+  Message next_input(int64_t step, int micro);
+  void forward(int64_t step, int micro);
+  void backward(int64_t step, int micro);
 
   const schedule::Schedule& schedule_;
   int worker_;
@@ -65,6 +70,10 @@ class WorkerLoop {
   int64_t cutoff_;
   int64_t current_step_ = -1;
   double op_start_ = 0;  // start of the current op's compute, for context.on_op
+  // The first worker's current mini-batch, split into micro-batches.
+  std::vector<torch::Tensor> micro_x_, micro_labels_;
+  int64_t batch_samples_ = 0;
+  StepLoss step_loss_;  // the last worker's sum over the micro-batches of the current step
 };
 
 // Sets the calling thread's intra-op thread count to the worker's (context.threads_per_worker),

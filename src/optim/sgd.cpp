@@ -1,5 +1,7 @@
 #include "stalepipe/optim/sgd.h"
 
+#include <cmath>
+
 #include <torch/serialize.h>
 
 #include "stalepipe/common/error.h"
@@ -11,10 +13,33 @@ Sgd::Sgd(std::vector<torch::Tensor> params, SgdOptions options)
   SP_CHECK_ARG(options.momentum() >= 0, "--momentum must be >= 0, got ", options.momentum());
   SP_CHECK_ARG(options.weight_decay() >= 0, "--weight-decay must be >= 0, got ",
                options.weight_decay());
+  SP_CHECK_ARG(!options.spike_compensation() || (!options.nesterov() && options.momentum() < 1),
+               "--spike-compensation needs plain momentum below 1 (not --nesterov), got momentum ",
+               options.momentum());
+  SP_CHECK_ARG(options.delay_lr_anneal_steps() >= 0, "--delay-lr-anneal must be >= 0, got ",
+               options.delay_lr_anneal_steps());
 }
 
-void Sgd::step(double lr) {
+double Sgd::effective_lr(double lr, int delay, int64_t step) const {
+  if (!options_.delay_aware_lr() || delay <= 0) return lr;
+  const double anneal = static_cast<double>(options_.delay_lr_anneal_steps());
+  const double p = anneal > 0 ? 1.0 - std::min(static_cast<double>(step) / anneal, 1.0) : 1.0;
+  return lr * std::pow(1.0 + delay, -p);
+}
+
+void Sgd::extrapolate(int steps, double lr) {
   torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (momentum_buffers_[i].defined()) params_[i].data().add_(momentum_buffers_[i], -lr * steps);
+  }
+}
+
+void Sgd::step(double lr, int delay) {
+  torch::NoGradGuard no_grad;
+  const bool compensate = options_.spike_compensation() && delay > 0 && options_.momentum() != 0;
+  const double m = options_.momentum();
+  const double a = compensate ? std::pow(m, delay) : 1.0;
+  const double b = compensate ? (1 - options_.dampening()) * (1 - a) / (1 - m) : 0.0;
   for (size_t i = 0; i < params_.size(); ++i) {
     const torch::Tensor& grad = params_[i].grad();
     if (!grad.defined()) continue;
@@ -31,7 +56,11 @@ void Sgd::step(double lr) {
       } else {
         buf.mul_(options_.momentum()).add_(d_p, 1 - options_.dampening());
       }
-      d_p = options_.nesterov() ? d_p.add(buf, options_.momentum()) : buf;
+      if (compensate) {
+        d_p = buf.mul(a).add_(d_p, b);
+      } else {
+        d_p = options_.nesterov() ? d_p.add(buf, options_.momentum()) : buf;
+      }
     }
     weight.add_(d_p, -lr);
   }

@@ -1,6 +1,8 @@
 #include "stalepipe/schedule/schedule.h"
 
 #include <algorithm>
+#include <map>
+#include <set>
 #include <sstream>
 
 #include "stalepipe/common/error.h"
@@ -40,12 +42,16 @@ Schedule make_sequential(int num_workers, int64_t first_step, int64_t end_step) 
   return s;
 }
 
-Schedule make_stale(int num_workers, int64_t first_step, int64_t end_step) {
-  Schedule s = empty_schedule(ScheduleKind::kStale, num_workers, first_step, end_step);
+namespace {
+
+// Worker k first runs lead(k) forwards, then per cycle one backward, its update and one
+// forward, then drains: the shape PPL-SGD and 1F1B share; they differ in the lead.
+template <typename Lead>
+Schedule make_interleaved(ScheduleKind kind, int num_workers, int64_t first_step,
+                          int64_t end_step, Lead lead_of) {
+  Schedule s = empty_schedule(kind, num_workers, first_step, end_step);
   for (int k = 0; k < num_workers; ++k) {
-    // Forwards issued before the first backward: 2(K-1-k) in the paper's steady state, and
-    // at least 1 (the last worker runs F B U back to back).
-    const int64_t lead = std::max<int64_t>(1, 2 * (num_workers - 1 - k));
+    const int64_t lead = lead_of(k);
     auto& ops = s.worker_ops[k];
     int64_t next_forward = first_step;
     for (; next_forward < std::min(end_step, first_step + lead); ++next_forward) {
@@ -62,30 +68,85 @@ Schedule make_stale(int num_workers, int64_t first_step, int64_t end_step) {
   return s;
 }
 
-Schedule make_schedule(ScheduleKind kind, int num_workers, int64_t first_step, int64_t end_step) {
+const std::pair<ScheduleKind, const char*> kScheduleNames[] = {
+    {ScheduleKind::kSequential, "sequential"},
+    {ScheduleKind::kStale, "stale"},
+    {ScheduleKind::kGPipe, "gpipe"},
+    {ScheduleKind::kOneFOneB, "1f1b-stash"},
+};
+
+// Position of a forward or backward among all (step, micro-batch) pairs of the segment.
+int64_t op_slot(const Schedule& schedule, const Op& op) {
+  return (op.step - schedule.first_step) * schedule.micro_batches + op.micro;
+}
+
+}  // namespace
+
+Schedule make_stale(int num_workers, int64_t first_step, int64_t end_step) {
+  // 2(K-1-k) forwards before the first backward in the paper's steady state, and at least 1
+  // (the last worker runs F B U back to back).
+  return make_interleaved(ScheduleKind::kStale, num_workers, first_step, end_step,
+                          [&](int k) { return std::max(1, 2 * (num_workers - 1 - k)); });
+}
+
+Schedule make_one_f_one_b(int num_workers, int64_t first_step, int64_t end_step) {
+  Schedule s = make_interleaved(ScheduleKind::kOneFOneB, num_workers, first_step, end_step,
+                                [&](int k) { return num_workers - k; });
+  s.stash_weights = true;
+  return s;
+}
+
+Schedule make_gpipe(int num_workers, int64_t first_step, int64_t end_step, int micro_batches) {
+  SP_CHECK_ARG(micro_batches >= 1, "--micro-batches must be >= 1, got ", micro_batches);
+  Schedule s = empty_schedule(ScheduleKind::kGPipe, num_workers, first_step, end_step);
+  s.micro_batches = micro_batches;
+  for (auto& ops : s.worker_ops) {
+    for (int64_t t = first_step; t < end_step; ++t) {
+      for (int m = 0; m < micro_batches; ++m) ops.push_back({OpKind::kForward, t, m});
+      for (int m = micro_batches - 1; m >= 0; --m) ops.push_back({OpKind::kBackward, t, m});
+      ops.push_back({OpKind::kUpdate, t});
+    }
+  }
+  return s;
+}
+
+Schedule make_schedule(ScheduleKind kind, int num_workers, int64_t first_step, int64_t end_step,
+                       int micro_batches) {
+  SP_CHECK_ARG(kind == ScheduleKind::kGPipe || micro_batches == 1, "--micro-batches ",
+               micro_batches, " applies to the gpipe schedule only, not ", to_string(kind));
   switch (kind) {
     case ScheduleKind::kSequential:
       return make_sequential(num_workers, first_step, end_step);
     case ScheduleKind::kStale:
       return make_stale(num_workers, first_step, end_step);
+    case ScheduleKind::kGPipe:
+      return make_gpipe(num_workers, first_step, end_step, micro_batches);
+    case ScheduleKind::kOneFOneB:
+      return make_one_f_one_b(num_workers, first_step, end_step);
   }
   throw UsageError("unknown schedule kind");
 }
 
 ScheduleKind parse_schedule_kind(const std::string& name) {
-  if (name == "sequential") return ScheduleKind::kSequential;
-  if (name == "stale") return ScheduleKind::kStale;
-  throw UsageError(c10::str("--schedule ", name, ": unknown schedule; expected sequential, stale",
-                            " or hybrid"));
+  for (const auto& [kind, text] : kScheduleNames) {
+    if (name == text) return kind;
+  }
+  throw UsageError(c10::str("--schedule ", name, ": unknown schedule; expected stale, sequential,",
+                            " hybrid, gpipe or 1f1b-stash"));
 }
 
 std::string to_string(ScheduleKind kind) {
-  return kind == ScheduleKind::kStale ? "stale" : "sequential";
+  for (const auto& [k, text] : kScheduleNames) {
+    if (k == kind) return text;
+  }
+  return "unknown";
 }
 
 std::string to_string(const Op& op) {
   const char* letter = op.kind == OpKind::kForward ? "F" : op.kind == OpKind::kBackward ? "B" : "U";
-  return letter + std::to_string(op.step);
+  std::string text = letter + std::to_string(op.step);
+  if (op.micro > 0) text += "." + std::to_string(op.micro);
+  return text;
 }
 
 std::vector<GlobalOp> global_order(const Schedule& schedule) {
@@ -95,13 +156,14 @@ std::vector<GlobalOp> global_order(const Schedule& schedule) {
   // Each worker runs its forwards (and backwards) in increasing step order, so "F(t) done on
   // worker k" is "the forward count on k has passed t".
   std::vector<std::vector<char>> forward_done(K), backward_done(K);
-  const int64_t span = schedule.end_step - schedule.first_step;
+  const int64_t span = (schedule.end_step - schedule.first_step) * schedule.micro_batches;
   for (int k = 0; k < K; ++k) {
     forward_done[k].assign(span, 0);
     backward_done[k].assign(span, 0);
   }
   auto ready = [&](int k, const Op& op) {
-    const int64_t i = op.step - schedule.first_step;
+    // An update needs all micro-batches' backwards; each worker runs micro 0's last.
+    const int64_t i = op_slot(schedule, op);
     switch (op.kind) {
       case OpKind::kForward:
         return k == 0 || forward_done[k - 1][i];
@@ -123,7 +185,7 @@ std::vector<GlobalOp> global_order(const Schedule& schedule) {
       const auto& ops = schedule.worker_ops[k];
       if (next[k] < ops.size() && ready(k, ops[next[k]])) {
         const Op op = ops[next[k]++];
-        const int64_t i = op.step - schedule.first_step;
+        const int64_t i = op_slot(schedule, op);
         SP_CHECK(i >= 0 && i < span, "schedule op ", to_string(op), " of worker ", k,
                  " is outside the segment's steps");
         if (op.kind == OpKind::kForward) forward_done[k][i] = 1;
@@ -142,10 +204,12 @@ std::vector<GlobalOp> global_order(const Schedule& schedule) {
 ScheduleStats analyze(const Schedule& schedule) {
   ScheduleStats stats;
   stats.workers.resize(schedule.num_workers);
+  const int M = schedule.micro_batches;
   for (int k = 0; k < schedule.num_workers; ++k) {
     auto& w = stats.workers[k];
     std::vector<int64_t> updated;  // steps whose update was applied (increasing)
-    int in_flight = 0;
+    // In-flight micro-batches, and the weight version (updates applied) each forward used.
+    std::map<std::pair<int64_t, int>, int64_t> in_flight;
     for (const Op& op : schedule.worker_ops[k]) {
       switch (op.kind) {
         case OpKind::kForward: {
@@ -154,11 +218,18 @@ ScheduleStats analyze(const Schedule& schedule) {
           const int64_t applied =
               std::lower_bound(updated.begin(), updated.end(), op.step) - updated.begin();
           w.staleness = std::max<int>(w.staleness, static_cast<int>(earlier - applied));
-          w.max_in_flight = std::max(w.max_in_flight, ++in_flight);
+          in_flight[{op.step, op.micro}] = static_cast<int64_t>(updated.size());
+          w.max_in_flight =
+              std::max(w.max_in_flight, static_cast<int>((in_flight.size() + M - 1) / M));
+          if (schedule.stash_weights) {
+            std::set<int64_t> versions{static_cast<int64_t>(updated.size())};  // current weights
+            for (const auto& entry : in_flight) versions.insert(entry.second);
+            w.max_weight_versions = std::max(w.max_weight_versions, static_cast<int>(versions.size()));
+          }
           break;
         }
         case OpKind::kBackward:
-          --in_flight;
+          in_flight.erase({op.step, op.micro});
           break;
         case OpKind::kUpdate:
           updated.push_back(op.step);
@@ -174,7 +245,7 @@ std::string format_schedule_table(const Schedule& schedule, int max_rows) {
   // slot of its backward, and a worker runs its next operation as soon as its input arrived
   // in an earlier slot. This is the paper's pipeline diagram for equal-cost partitions.
   const int K = schedule.num_workers;
-  const int64_t span = schedule.end_step - schedule.first_step;
+  const int64_t span = (schedule.end_step - schedule.first_step) * schedule.micro_batches;
   std::vector<size_t> next(K, 0);
   std::vector<std::vector<int64_t>> forward_slot(K, std::vector<int64_t>(span, -1));
   std::vector<std::vector<int64_t>> backward_slot(K, std::vector<int64_t>(span, -1));
@@ -198,7 +269,7 @@ std::string format_schedule_table(const Schedule& schedule, int max_rows) {
       const auto& ops = schedule.worker_ops[k];
       if (next[k] >= ops.size()) continue;
       const Op op = ops[next[k]];
-      const int64_t i = op.step - schedule.first_step;
+      const int64_t i = op_slot(schedule, op);
       bool ready = false;
       if (op.kind == OpKind::kForward) {
         ready = k == 0 || done_before(forward_slot[k - 1][i], now);

@@ -54,8 +54,11 @@ Prediction simulate(const schedule::Schedule& schedule, const PartitionCosts& co
   }
   SP_CHECK_ARG(options.transfer_seconds >= 0, "simulate: negative transfer time");
 
-  // Message arrival times: forward_done[k][t], backward_done[k][t].
-  std::vector<std::map<int64_t, double>> forward_done(K), backward_done(K);
+  // Message arrival times: forward_done[k][(t, micro)], backward_done[k][(t, micro)]. A
+  // micro-batch costs its share of the mini-batch's time.
+  using Slot = std::pair<int64_t, int>;
+  std::vector<std::map<Slot, double>> forward_done(K), backward_done(K);
+  const double share = 1.0 / schedule.micro_batches;
   std::vector<size_t> next(K, 0);
   std::vector<double> free_at(K, 0.0);
   std::map<int64_t, double> completion;  // step -> end of its last op
@@ -72,18 +75,18 @@ Prediction simulate(const schedule::Schedule& schedule, const PartitionCosts& co
         double ready = 0, duration = 0;
         if (op.kind == schedule::OpKind::kForward) {
           if (k > 0) {
-            const auto it = forward_done[k - 1].find(op.step);
+            const auto it = forward_done[k - 1].find({op.step, op.micro});
             if (it == forward_done[k - 1].end()) break;
             ready = it->second + options.transfer_seconds;
           }
-          duration = costs.forward_seconds[k];
+          duration = costs.forward_seconds[k] * share;
         } else if (op.kind == schedule::OpKind::kBackward) {
           if (k < K - 1) {
-            const auto it = backward_done[k + 1].find(op.step);
+            const auto it = backward_done[k + 1].find({op.step, op.micro});
             if (it == backward_done[k + 1].end()) break;
             ready = it->second + options.transfer_seconds;
           }
-          duration = costs.backward_seconds[k];
+          duration = costs.backward_seconds[k] * share;
         } else {
           duration = at_or(costs.update_seconds, k, 0.0);
         }
@@ -93,8 +96,8 @@ Prediction simulate(const schedule::Schedule& schedule, const PartitionCosts& co
         e.start_seconds = std::max(free_at[k], ready);
         e.end_seconds = e.start_seconds + duration;
         free_at[k] = e.end_seconds;
-        if (op.kind == schedule::OpKind::kForward) forward_done[k][op.step] = e.end_seconds;
-        if (op.kind == schedule::OpKind::kBackward) backward_done[k][op.step] = e.end_seconds;
+        if (op.kind == schedule::OpKind::kForward) forward_done[k][{op.step, op.micro}] = e.end_seconds;
+        if (op.kind == schedule::OpKind::kBackward) backward_done[k][{op.step, op.micro}] = e.end_seconds;
         double& c = completion[op.step];
         c = std::max(c, e.end_seconds);
         p.workers[k].busy_seconds += duration;

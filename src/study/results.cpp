@@ -126,8 +126,8 @@ void write_results(const Experiment& experiment) {
     return n;
   };
   const Spread base = baseline.empty() ? Spread{} : spread(accuracies(baseline));
-  md << "| run | model | PPV | K | schedule | stale weights (%) | seeds | test accuracy (%) | drop (points) | images/s | wall (s) |\n"
-     << "|---|---|---|---|---|---|---|---|---|---|---|\n";
+  md << "| run | model | PPV | K | schedule | stale weights (%) | seeds | test accuracy (%) | drop (points) | images/s | wall (s) | peak RSS (MB) |\n"
+     << "|---|---|---|---|---|---|---|---|---|---|---|---|\n";
   std::vector<detail::Series> drops;  // one per run, so the legend names the points
   for (const auto& name : order) {
     const Finished* any = described(name);
@@ -137,16 +137,17 @@ void write_results(const Experiment& experiment) {
     if (!any) {
       md << "| " << name << " | " << by_name[name].front()->run->options.model() << " | "
          << by_name[name].front()->run->options.pipeline() << " | | | | " << by_name[name].size()
-         << " | diverged" << diverged_note << " | | | |\n";
+         << " | diverged" << diverged_note << " | | | | |\n";
       continue;
     }
     const auto& first = any->summary;
     const Spread acc = spread(accuracies(name));
-    std::vector<double> ips, wall;
+    std::vector<double> ips, wall, rss;
     for (const auto* f : by_name[name]) {
       if (f->diverged()) continue;
       ips.push_back(f->summary.at("images_per_second").get<double>());
       wall.push_back(f->summary.at("wall_seconds").get<double>());
+      rss.push_back(f->summary.value("peak_rss_mb", 0.0));
     }
     const double stale = first.at("stale_weight_percent").get<double>();
     md << "| " << name << " | " << first.at("model").get<std::string>() << " | "
@@ -155,7 +156,8 @@ void write_results(const Experiment& experiment) {
        << fixed(stale, 1) << " | " << by_name[name].size() << " | " << fixed(acc.mean, 2)
        << (acc.n > 1 ? " ± " + fixed(acc.std, 2) : "") << diverged_note << " | "
        << (baseline.empty() ? "-" : fixed(base.mean - acc.mean, 2)) << " | "
-       << fixed(spread(ips).mean, 0) << " | " << fixed(spread(wall).mean, 0) << " |\n";
+       << fixed(spread(ips).mean, 0) << " | " << fixed(spread(wall).mean, 0) << " | "
+       << fixed(spread(rss).mean, 0) << " |\n";
     if (!baseline.empty()) drops.push_back({name, {stale}, {base.mean - acc.mean}, {acc.std}});
   }
   md << "\nAccuracy: mean ± sample standard deviation over the seeds that did not diverge; "

@@ -1,5 +1,6 @@
 #include "stalepipe/study/sweep.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <set>
@@ -92,6 +93,10 @@ int run_sweep(const Experiment& experiment, const SweepOptions& options) {
   size_t index = 0;
   for (const auto& run : experiment.runs) {
     ++index;
+    if (!options.seeds.empty() &&
+        std::find(options.seeds.begin(), options.seeds.end(), run.seed) == options.seeds.end()) {
+      continue;
+    }
     const RunState state = run_state(run);
     const bool done = state == RunState::kFinished || state == RunState::kDiverged;
     const char* label = state == RunState::kFinished    ? "finished"

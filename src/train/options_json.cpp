@@ -14,7 +14,8 @@ namespace stalepipe::train {
   X(lr_schedule) X(lr_milestones) X(lr_gamma) X(warmup_epochs) X(seed) X(pipeline)      \
   X(schedule) X(hybrid_switch) X(executor) X(devices) X(threads) X(threads_per_worker)  \
   X(out) X(checkpoint_every) X(eval_batch_size) X(progress) X(partitions) X(balance)    \
-  X(trace)
+  X(trace) X(micro_batches) X(delay_aware_lr) X(delay_lr_anneal_epochs)                 \
+  X(weight_prediction) X(spike_compensation)
 
 nlohmann::json to_json(const TrainOptions& options) {
   nlohmann::json json;
@@ -43,6 +44,13 @@ TrainOptions options_from_json(const nlohmann::json& json, const std::string& so
 std::string config_hash(const TrainOptions& options) {
   nlohmann::json json = to_json(options);
   for (const char* key : {"out", "progress", "executor", "threads", "devices", "trace"}) json.erase(key);
+  // Settings added later leave the hash of runs that do not use them unchanged, so that runs
+  // checkpointed before they existed still resume.
+  const nlohmann::json defaults = to_json(TrainOptions());
+  for (const char* key : {"micro_batches", "delay_aware_lr", "delay_lr_anneal_epochs",
+                          "weight_prediction", "spike_compensation"}) {
+    if (json[key] == defaults[key]) json.erase(key);
+  }
   std::ostringstream out;
   out << std::hex << std::hash<std::string>{}(json.dump());
   return out.str();

@@ -2,6 +2,7 @@
 
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -43,7 +44,17 @@ double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
+// Peak resident memory of this run: a sweep trains many runs in one process, so the peak is
+// reset when a run starts (Linux: clear_refs 5 resets VmHWM) and read from VmHWM. Elsewhere,
+// the process's peak (getrusage).
+void reset_peak_rss() { std::ofstream("/proc/self/clear_refs") << "5"; }
+
 double peak_rss_mb() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmHWM:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;  // kB
+  }
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
   return static_cast<double>(usage.ru_maxrss) / 1024.0;  // ru_maxrss is in KiB on Linux
@@ -128,8 +139,18 @@ void check_options(const TrainOptions& o) {
                o.checkpoint_every());
   SP_CHECK_ARG(o.eval_batch_size() >= 1, "--eval-batch-size must be >= 1, got ",
                o.eval_batch_size());
-  SP_CHECK_ARG(o.schedule() == "stale" || o.schedule() == "sequential" || o.schedule() == "hybrid",
-               "--schedule ", o.schedule(), ": expected stale, sequential or hybrid");
+  if (o.schedule() != "hybrid") schedule::parse_schedule_kind(o.schedule());  // throws for others
+  SP_CHECK_ARG(o.micro_batches() >= 1, "--micro-batches must be >= 1, got ", o.micro_batches());
+  SP_CHECK_ARG(o.micro_batches() == 1 || o.schedule() == "gpipe", "--micro-batches ",
+               o.micro_batches(), " applies to --schedule gpipe only, not ", o.schedule());
+  SP_CHECK_ARG(o.micro_batches() <= o.batch_size(), "--micro-batches ", o.micro_batches(),
+               ": more micro-batches than the --batch-size of ", o.batch_size());
+  SP_CHECK_ARG(o.delay_lr_anneal_epochs() >= 0, "--delay-lr-anneal-epochs must be >= 0, got ",
+               o.delay_lr_anneal_epochs());
+  SP_CHECK_ARG(o.delay_aware_lr() || o.delay_lr_anneal_epochs() == 0,
+               "--delay-lr-anneal-epochs needs --delay-aware-lr");
+  SP_CHECK_ARG(!o.weight_prediction() || o.momentum() > 0,
+               "--weight-prediction extrapolates along the momentum; it needs --momentum > 0");
   SP_CHECK_ARG(o.schedule() == "hybrid" || o.hybrid_switch().empty(),
                "--hybrid-switch needs --schedule hybrid");
   SP_CHECK_ARG(o.schedule() != "hybrid" || !o.hybrid_switch().empty(),
@@ -187,8 +208,13 @@ void build(Run& run, const exec::ProcessGroupOptions* group = nullptr) {
   run.total_steps = o.epochs() * run.steps_per_epoch;
   if (o.max_steps() > 0) run.total_steps = std::min(run.total_steps, o.max_steps());
   run.epochs = (run.total_steps + run.steps_per_epoch - 1) / run.steps_per_epoch;
-  run.kind = o.schedule() == "sequential" ? schedule::ScheduleKind::kSequential
-                                          : schedule::ScheduleKind::kStale;
+  // Hybrid: the stale schedule until the switch, then sequential.
+  run.kind = o.schedule() == "hybrid" ? schedule::ScheduleKind::kStale
+                                      : schedule::parse_schedule_kind(o.schedule());
+  const int64_t last_batch = run.data.train.size() % o.batch_size();
+  SP_CHECK_ARG(o.drop_last() || last_batch == 0 || last_batch >= o.micro_batches(),
+               "--micro-batches ", o.micro_batches(), ": the last mini-batch of each epoch has only ",
+               last_batch, " samples; use --drop-last or another --batch-size");
   run.switch_step = parse_switch_step(o.hybrid_switch(), run.steps_per_epoch);
   SP_CHECK_ARG(run.switch_step <= run.total_steps, "--hybrid-switch ", o.hybrid_switch(),
                ": training ends after ", run.total_steps, " steps (", run.epochs,
@@ -211,7 +237,14 @@ void build(Run& run, const exec::ProcessGroupOptions* group = nullptr) {
                                                     : std::max(1, run.threads / K);
   run.threads_per_worker.assign(K, per_worker);
 
-  auto sgd = optim::SgdOptions().momentum(o.momentum()).weight_decay(o.weight_decay()).nesterov(o.nesterov());
+  auto sgd = optim::SgdOptions()
+                 .momentum(o.momentum())
+                 .weight_decay(o.weight_decay())
+                 .nesterov(o.nesterov())
+                 .delay_aware_lr(o.delay_aware_lr())
+                 .delay_lr_anneal_steps(std::llround(o.delay_lr_anneal_epochs() * run.steps_per_epoch))
+                 .weight_prediction(o.weight_prediction())
+                 .spike_compensation(o.spike_compensation());
   run.pipeline = std::make_unique<exec::Pipeline>(run.model, run.plan, devices, sgd);
   for (const auto& [begin, end] : run.plan.unit_ranges) {
     run.report.units.push_back(unit_range_name(run.model, begin, end));
@@ -226,11 +259,12 @@ void build(Run& run, const exec::ProcessGroupOptions* group = nullptr) {
 
   // Staleness and memory as the schedule implies them, from a segment long enough to reach
   // the steady state.
-  const auto probe = schedule::make_schedule(run.kind, K, 0, 4 * K + 4);
+  const auto probe = schedule::make_schedule(run.kind, K, 0, 4 * K + 4, o.micro_batches());
   const auto stats = schedule::analyze(probe);
   for (const auto& w : stats.workers) {
     run.report.staleness.push_back(w.staleness);
     run.report.max_in_flight.push_back(w.max_in_flight);
+    run.report.weight_versions.push_back(w.max_weight_versions);
   }
   run.report.parameters = run.plan.parameters;
   run.report.stale_weight_percent = partition::stale_weight_percent(run.plan, run.report.staleness);
@@ -330,6 +364,49 @@ std::vector<EpochMetrics> reload_metrics(const std::string& path, int64_t epochs
   return kept;
 }
 
+// 1-based numbers of this process's partitions whose weights hold a NaN or an infinity.
+std::vector<int> partitions_with_bad_weights(Run& run) {
+  std::vector<int> bad;
+  for (int k = 0; k < run.pipeline->num_stages(); ++k) {
+    if (run.group && k != run.rank()) continue;  // another process trains it
+    for (const auto& p : run.pipeline->stage(k).module()->parameters()) {
+      if (!torch::isfinite(p).all().item<bool>()) {
+        bad.push_back(k + 1);
+        break;
+      }
+    }
+  }
+  return bad;
+}
+
+// The one-line account of a divergence at mini-batch `step`: where, the likely cause, the
+// remedies, and the checkpoint that survives.
+std::string divergence_message(Run& run, int64_t step, const std::string& what,
+                               int64_t checkpoint_step) {
+  const auto bad = partitions_with_bad_weights(run);
+  std::ostringstream out;
+  out << "mini-batch " << step << " (epoch " << step / run.steps_per_epoch + 1
+      << "): the run diverged: " << what;
+  if (!bad.empty()) {
+    out << "; non-finite weights in partition";
+    for (size_t i = 0; i < bad.size(); ++i) out << (i ? "," : " ") << bad[i];
+  }
+  // The most stale partition is the likely culprit: its gradients are the oldest.
+  const auto& d = run.report.staleness;
+  const int worst = static_cast<int>(std::max_element(d.begin(), d.end()) - d.begin());
+  if (d[worst] > 0) {
+    out << ". Partition " << worst + 1 << " computes with weights d_" << worst + 1 << " = "
+        << d[worst] << " update(s) stale at lr " << run.lr->at(step)
+        << "; try --warmup-epochs, --delay-aware-lr, --weight-prediction, --spike-compensation,"
+           " --schedule hybrid or a smaller --lr";
+  } else {
+    out << ". No partition uses stale weights; try a smaller --lr or --warmup-epochs";
+  }
+  out << (checkpoint_step >= 0 ? c10::str(". The checkpoint of step ", checkpoint_step, " is intact")
+                               : std::string(". No checkpoint was written"));
+  return out.str();
+}
+
 TrainResult run_training(Run& run, const CheckpointInfo* from, const TrainHooks& all_hooks) {
   const TrainOptions& o = run.options;
   const std::string out = o.out();
@@ -340,6 +417,7 @@ TrainResult run_training(Run& run, const CheckpointInfo* from, const TrainHooks&
   TrainResult result;
   result.partitions = run.report;
   Progress progress(o.progress(), run.total_steps);
+  reset_peak_rss();
 
   if (!out.empty()) {
     fs::create_directories(out);
@@ -378,7 +456,11 @@ TrainResult run_training(Run& run, const CheckpointInfo* from, const TrainHooks&
                c10::str("  partition ", k + 1, ": units ", run.report.units[k], ", ",
                         run.report.parameters[k], " parameters, staleness d=",
                         run.report.staleness[k], ", activations in flight ",
-                        run.report.max_in_flight[k], ", ", run.threads_per_worker[k],
+                        run.report.max_in_flight[k],
+                        run.report.weight_versions[k] > 1
+                            ? c10::str(", weight versions ", run.report.weight_versions[k])
+                            : "",
+                        ", ", run.threads_per_worker[k],
                         " thread(s), ", run.pipeline->stage(k).device().str()));
     }
     log_line(hooks, progress,
@@ -410,8 +492,13 @@ TrainResult run_training(Run& run, const CheckpointInfo* from, const TrainHooks&
     samples = static_cast<int64_t>(samples_d);
     session_samples += samples_d - before;
   };
+  int64_t checkpoint_step = from ? from->step : -1;
   auto save = [&](int64_t at_step, int64_t epochs_done) {
     if (out.empty()) return;
+    // Never overwrite the last good checkpoint with weights that are no longer numbers.
+    if (!partitions_with_bad_weights(run).empty()) {
+      throw DivergedError(divergence_message(run, at_step - 1, "the weights are not finite", checkpoint_step));
+    }
     CheckpointInfo info;
     info.step = at_step;
     info.epochs_done = epochs_done;
@@ -432,6 +519,7 @@ TrainResult run_training(Run& run, const CheckpointInfo* from, const TrainHooks&
       run.group->barrier();  // every shard of this step is written
       if (run.leader()) write_checkpoint_manifest(out, K, info);
     }
+    checkpoint_step = at_step;
     if (hooks.on_checkpoint) hooks.on_checkpoint(at_step);
   };
 
@@ -447,9 +535,9 @@ TrainResult run_training(Run& run, const CheckpointInfo* from, const TrainHooks&
       }
       const bool sequential = run.kind == schedule::ScheduleKind::kSequential ||
                               (run.switch_step >= 0 && step >= run.switch_step);
-      const auto schedule = schedule::make_schedule(
-          sequential ? schedule::ScheduleKind::kSequential : schedule::ScheduleKind::kStale, K,
-          step, segment_end);
+      const auto schedule =
+          sequential ? schedule::make_sequential(K, step, segment_end)
+                     : schedule::make_schedule(run.kind, K, step, segment_end, o.micro_batches());
 
       std::optional<data::Prefetcher> prefetch;  // only the rank that feeds partition 1 reads
       if (run.feeds_data()) {
@@ -463,7 +551,9 @@ TrainResult run_training(Run& run, const CheckpointInfo* from, const TrainHooks&
       };
       context.lr = [&](int64_t t) { return run.lr->at(t); };
       const auto segment_start = Clock::now();
+      int64_t next_loss_step = step;  // the last worker reports steps in order
       context.on_step = [&](int64_t t, const exec::StepLoss& s) {
+        next_loss_step = t + 1;
         loss_sum += s.loss * static_cast<double>(s.samples);
         session_samples += static_cast<double>(s.samples);
         correct += s.correct;
@@ -475,7 +565,14 @@ TrainResult run_training(Run& run, const CheckpointInfo* from, const TrainHooks&
       context.threads_per_worker = run.threads_per_worker;
       if (!o.trace().empty()) context.on_op = trace.callback();
 
-      const auto segment = run.executor->run(schedule, run.pipeline->stages(), context);
+      exec::SegmentResult segment;
+      try {
+        segment = run.executor->run(schedule, run.pipeline->stages(), context);
+      } catch (const DivergedError&) {
+        write_trace();
+        throw DivergedError(divergence_message(run, next_loss_step, "training loss is not finite",
+                                               checkpoint_step));
+      }
       const double seconds = seconds_since(segment_start);
       epoch_seconds += seconds;
       wall += seconds;
@@ -507,10 +604,6 @@ TrainResult run_training(Run& run, const CheckpointInfo* from, const TrainHooks&
     std::tie(m.test_loss, m.test_accuracy) = evaluate(run);
     m.images_per_second = epoch_seconds > 0 ? static_cast<double>(samples) / epoch_seconds : 0;
     m.wall_seconds = wall;
-    if (!std::isfinite(m.train_loss)) {
-      throw DivergedError(c10::str("epoch ", m.epoch, ": training loss is not finite (", m.train_loss,
-                                   "); the run diverged - try a smaller --lr or --warmup-epochs"));
-    }
     result.epochs.push_back(m);
     if (!metrics_path.empty()) {
       std::ofstream(metrics_path, std::ios::app) << metrics_json(m).dump() << "\n";
@@ -558,6 +651,8 @@ TrainResult run_training(Run& run, const CheckpointInfo* from, const TrainHooks&
         {"threads_per_worker", run.threads_per_worker},
         {"staleness", run.report.staleness},
         {"activations_in_flight", run.report.max_in_flight},
+        {"weight_versions", run.report.weight_versions},
+        {"micro_batches", o.micro_batches()},
         {"partition_parameters", run.report.parameters},
         {"stale_weight_percent", run.report.stale_weight_percent},
         {"config_hash", hash}};

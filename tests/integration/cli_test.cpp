@@ -46,6 +46,19 @@ TEST(Cli, UsageErrorsExitTwo) {
   expect_one_line_error(run_cli({"train", "--epochs", "many"}), 2, "many");
   expect_one_line_error(run_cli({"layers", "--model", "resnet7"}), 2, "6n+2");
   expect_one_line_error(run_cli({"schedule", "--partitions", "0"}), 2, "--partitions must be 1..64");
+  expect_one_line_error(run_cli(with(kSmallRun, {"--micro-batches", "4"})), 2, "applies to --schedule gpipe only");
+  expect_one_line_error(run_cli(with(kSmallRun, {"--schedule", "pipedream"})), 2, "expected stale, sequential, hybrid, gpipe or 1f1b-stash");
+}
+
+TEST(Cli, ADivergingRunExitsOneWithTheCauseAndAnIntactCheckpoint) {
+  TempDir dir;
+  const auto r = run_cli(with(kSmallRun, {"--lr", "0.01", "--lr-schedule", "step", "--lr-milestones", "1",
+                                          "--lr-gamma", "1e9", "--out", dir.path() + "/run"}));
+  expect_one_line_error(r, 1, "the run diverged");
+  EXPECT_NE(r.err.find("d_1 = 1 update(s) stale"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("The checkpoint of step 16 is intact"), std::string::npos) << r.err;
+  const auto eval = run_cli({"eval", "--run", dir.path() + "/run"});
+  EXPECT_EQ(eval.status, 0) << eval.err;
 }
 
 TEST(Cli, MissingAndCorruptDataExitOne) {

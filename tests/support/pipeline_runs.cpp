@@ -50,14 +50,20 @@ void run_segment(const RunSpec& spec, exec::Pipeline& pipeline,
   context.input = [&](int64_t t) { return input_at(loader, t); };
   context.lr = [&](int64_t) { return spec.lr; };
   context.threads_per_worker.assign(pipeline.num_stages(), 1);
-  const auto schedule = schedule::make_schedule(kind, pipeline.num_stages(), first, end);
+  const int micro = kind == schedule::ScheduleKind::kGPipe ? spec.micro_batches : 1;
+  const auto schedule = schedule::make_schedule(kind, pipeline.num_stages(), first, end, micro);
   exec::make_executor(executor)->run(schedule, pipeline.stages(), context);
 }
 
 exec::Pipeline make_pipeline(const RunSpec& spec, const models::Model& model) {
   const auto plan = partition::make_plan(model, spec.ppv);
   return exec::Pipeline(model, plan, std::vector<torch::Device>(plan.num_partitions(), torch::kCPU),
-                        optim::SgdOptions().momentum(spec.momentum).weight_decay(kWeightDecay));
+                        optim::SgdOptions()
+                            .momentum(spec.momentum)
+                            .weight_decay(kWeightDecay)
+                            .delay_aware_lr(spec.delay_aware_lr)
+                            .weight_prediction(spec.weight_prediction)
+                            .spike_compensation(spec.spike_compensation));
 }
 
 std::vector<torch::Tensor> run_pipeline(const RunSpec& spec) {
@@ -108,6 +114,21 @@ std::vector<torch::Tensor> run_reference(const RunSpec& spec) {
   }
   for (size_t i = 0; i < a.size(); ++i) {
     if (!torch::equal(a[i], b[i])) {
+      return ::testing::AssertionFailure()
+             << "parameter " << i << " differs, max abs diff "
+             << (a[i] - b[i]).abs().max().item<double>();
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+::testing::AssertionResult all_close(const std::vector<torch::Tensor>& a,
+                                     const std::vector<torch::Tensor>& b, double rtol, double atol) {
+  if (a.size() != b.size()) {
+    return ::testing::AssertionFailure() << a.size() << " vs " << b.size() << " parameters";
+  }
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (!torch::allclose(a[i], b[i], rtol, atol)) {
       return ::testing::AssertionFailure()
              << "parameter " << i << " differs, max abs diff "
              << (a[i] - b[i]).abs().max().item<double>();

@@ -26,6 +26,11 @@ struct RunSpec {
   uint64_t seed = 7;
   // Hybrid: stale for steps [0, switch_step), then sequential. -1: one schedule throughout.
   int64_t switch_step = -1;
+  int micro_batches = 1;  // gpipe
+  // Staleness mitigations (optim/sgd.h).
+  bool delay_aware_lr = false;
+  bool weight_prediction = false;
+  bool spike_compensation = false;
 };
 
 // A loader over seeded synthetic 28x28 data, padded to 32x32 and normalised.
@@ -44,5 +49,9 @@ std::vector<torch::Tensor> run_reference(const RunSpec& spec);
 // Bitwise equality of two parameter lists (with a message naming the first difference).
 ::testing::AssertionResult all_equal(const std::vector<torch::Tensor>& a,
                                      const std::vector<torch::Tensor>& b);
+
+// Equality up to floating-point summation order: |a - b| <= atol + rtol |b| elementwise.
+::testing::AssertionResult all_close(const std::vector<torch::Tensor>& a,
+                                     const std::vector<torch::Tensor>& b, double rtol, double atol);
 
 }  // namespace stalepipe::test

@@ -3,7 +3,7 @@
 // Two kinds, so that a caller (the CLI) can tell the user's mistake from a failure at run time:
 //   UsageError   - a bad option, flag, model name, PPV, device list...  CLI exit status 2.
 //   RuntimeError - a failure while running: I/O, a corrupt data file, a worker that threw,
-//                  a missing peer process.                                 CLI exit status 1.
+//                  a missing peer process, a diverged run (DivergedError).  CLI exit status 1.
 // Messages are one line: what was expected, what was found, and where (file, record,
 // partition, mini-batch), ending with a hint where one helps. Library code never calls exit().
 #pragma once
@@ -23,6 +23,14 @@ class UsageError : public std::invalid_argument {
 class RuntimeError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
+};
+
+// The training loss or the weights became NaN or infinite: the run diverged (typically too
+// much staleness for its learning rate). CLI exit status 1; the last checkpoint, written
+// before the divergence, is intact.
+class DivergedError : public RuntimeError {
+ public:
+  using RuntimeError::RuntimeError;
 };
 
 }  // namespace stalepipe

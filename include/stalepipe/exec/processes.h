@@ -65,11 +65,14 @@ class ProcessGroup {
   // Blocking receive into `tensor` (contiguous CPU) from rank `src` under `tag`.
   void recv(torch::Tensor& tensor, int src, int tag);
   // A tensor of any dtype and shape: header then payload (two tags: tag, tag + 1).
-  void send_tensor(const torch::Tensor& tensor, int dst, int tag, int64_t step, bool stop = false);
-  // Returns {step, stop, tensor} (tensor undefined when the sender sent an undefined one).
+  void send_tensor(const torch::Tensor& tensor, int dst, int tag, int64_t step, bool stop = false,
+                   int64_t aux = 0);
+  // Returns {step, stop, tensor, aux} (tensor undefined when the sender sent an undefined one;
+  // aux: a number the sender attached).
   struct Received {
     int64_t step = 0;
     bool stop = false;
+    int64_t aux = 0;
     torch::Tensor tensor;
   };
   Received recv_tensor(int src, int tag);

@@ -8,6 +8,16 @@
 // This falls out of LibTorch's autograd: the graph of forward(t) keeps references to the live
 // weight tensors, and optim::Sgd writes them through `data()` without bumping the version
 // counter that would otherwise make the pending backward throw.
+// Two schedule or optimizer settings change what a pass sees:
+//   weight stashing (Schedule::stash_weights, PipeDream's 1F1B): forward(t) keeps a copy of
+//       the weights it used and backward(t) runs with that copy written into the weights,
+//       then the current weights are put back; memory grows by the copies in flight;
+//   weight prediction (SgdOptions::weight_prediction): forward(t) runs with the weights
+//       extrapolated along the momentum by the number of updates it lacks (its delay D),
+//       then the current weights are put back; no old version is kept.
+// D, the delay of mini-batch t's gradient, is counted here: the updates of mini-batches
+// before t that are not yet applied when forward(t) runs (every mini-batch before the
+// segment's first step is applied: segments start with a drained pipeline).
 //
 // Threading: a Stage is used by one thread at a time (its worker). Different stages may run
 // concurrently on different threads.
@@ -22,6 +32,7 @@
 #include <torch/types.h>
 
 #include "stalepipe/optim/sgd.h"
+#include "stalepipe/schedule/schedule.h"
 
 namespace stalepipe::exec {
 
@@ -50,41 +61,57 @@ class Stage {
   bool is_last() const { return index_ == num_stages_ - 1; }
   const torch::Device& device() const { return device_; }
 
-  // Forward of mini-batch `step` on a non-last stage. `input` (any device) is copied to this
-  // stage's device. Keeps the graph until backward(step). Returns the output, detached: the
-  // contents of the pipeline register.
-  torch::Tensor forward(int64_t step, const torch::Tensor& input);
+  // Called by the executor before a segment of `schedule` runs: every update before
+  // schedule.first_step has been applied. `lr` gives the learning rate of a step (weight
+  // prediction extrapolates with it).
+  void begin_segment(const schedule::Schedule& schedule, std::function<double(int64_t)> lr);
+
+  // Forward of micro-batch `micro` of mini-batch `step` on a non-last stage. `input` (any
+  // device) is copied to this stage's device. Keeps the graph until backward(step, micro).
+  // Returns the output, detached: the contents of the pipeline register.
+  torch::Tensor forward(int64_t step, const torch::Tensor& input, int micro = 0);
 
   // Forward of the last stage: output, loss against `labels`, and top-1 accuracy when the
-  // output is [B, classes] and the labels are class indices (otherwise correct = 0).
-  StepLoss forward_loss(int64_t step, const torch::Tensor& input, const torch::Tensor& labels);
+  // output is [B, classes] and the labels are class indices (otherwise correct = 0). The
+  // backward starts from loss * loss_scale (a micro-batch's share of its mini-batch); the
+  // reported loss is unscaled.
+  StepLoss forward_loss(int64_t step, const torch::Tensor& input, const torch::Tensor& labels,
+                        int micro = 0, double loss_scale = 1.0);
 
-  // Backward of `step`: from the saved loss (last stage, grad_output undefined) or from
+  // Backward of (step, micro): from the saved loss (last stage, grad_output undefined) or from
   // grad_output (the gradient of this stage's output). Accumulates parameter gradients and
   // returns the gradient of the stage's input (undefined for the first stage).
-  // Throws RuntimeError if `step` has no forward in flight.
-  torch::Tensor backward(int64_t step, const torch::Tensor& grad_output);
+  // Throws RuntimeError if (step, micro) has no forward in flight.
+  torch::Tensor backward(int64_t step, const torch::Tensor& grad_output, int micro = 0);
 
-  // Applies the accumulated gradient with learning rate lr and clears it.
-  void update(double lr);
+  // Applies the accumulated gradient of `step` with learning rate lr (scaled by the
+  // optimizer for the gradient's delay where a mitigation asks for it) and clears it.
+  void update(int64_t step, double lr);
 
   // Evaluation forward: no graph, eval mode (batch-norm running statistics), train mode restored.
   torch::Tensor predict(const torch::Tensor& input);
 
   size_t in_flight() const { return in_flight_.size(); }
-  void clear_in_flight() { in_flight_.clear(); }
+  // Drops the mini-batches in flight (after a failure); the weights stay as they are.
+  void clear_in_flight();
 
   torch::nn::Sequential& module() { return module_; }
   optim::Sgd& optimizer() { return *optimizer_; }
 
  private:
+  using Weights = std::shared_ptr<const std::vector<torch::Tensor>>;
   struct Pending {
     torch::Tensor input;   // leaf requiring grad (non-first stages)
     torch::Tensor output;  // output or loss, with its graph
+    Weights weights;       // the forward's weights, when they are stashed
   };
+  using Key = std::pair<int64_t, int>;  // (step, micro)
 
   torch::Tensor prepare_input(const torch::Tensor& input) const;
-  Pending& pending(int64_t step, const char* what);
+  Pending& pending(int64_t step, int micro, const char* what);
+  // Runs `forward` with the weights this forward of `step` should see; fills p.weights.
+  torch::Tensor forward_with_weights(int64_t step, int micro, Pending& p,
+                                     const std::function<torch::Tensor()>& forward);
 
   int index_;
   int num_stages_;
@@ -92,7 +119,12 @@ class Stage {
   torch::Device device_;
   std::unique_ptr<optim::Sgd> optimizer_;
   LossFn loss_;
-  std::map<int64_t, Pending> in_flight_;
+  std::map<Key, Pending> in_flight_;
+  std::map<int64_t, int> delay_;      // step -> delay D of its gradient, until its update
+  int64_t last_update_step_ = -1;     // updates of all steps up to this one are applied
+  bool stash_weights_ = false;
+  Weights stash_current_;             // a stashed copy of the current weights, if any
+  std::function<double(int64_t)> lr_;
 };
 
 }  // namespace stalepipe::exec

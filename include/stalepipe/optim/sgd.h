@@ -13,6 +13,18 @@
 // shares the storage but not the version counter, so the pending backward runs and reads
 // the *current* weights - the semantics the paper specifies (docs/design.md).
 //
+// Staleness mitigations (docs/design.md, "Mitigations"). A partition's gradient of mini-batch
+// t has delay D when its forward computed with weights that lacked D updates that are applied
+// by the time the gradient is (D = d_k in PPL-SGD's steady state). With D = 0 every mitigation
+// reduces to the plain update above.
+//   delay_aware_lr (after PipeMare, Yang et al. 2021): lr_D = lr * (1 + D)^-p(t), with
+//       p(t) = 1 - min(t / delay_lr_anneal_steps, 1) (p = 1 throughout when that is 0);
+//   spike_compensation (Kosson et al. 2021): w = w - lr * (a * buf + b * g) with a = m^D,
+//       b = (1 - dampening)(1 - m^D)/(1 - m), m the momentum: the gradient's total impulse
+//       on the weights stays that of undelayed momentum SGD, but arrives D steps earlier;
+//   weight_prediction (SpecTrain, Chen et al. 2018; Kosson et al.'s LWP): the forward of a
+//       partition that lacks D updates uses w - D * lr * buf (see extrapolate()).
+//
 // Threading: one instance per partition, used by one thread at a time.
 #pragma once
 
@@ -29,6 +41,11 @@ struct SgdOptions {
   TORCH_ARG(double, dampening) = 0.0;
   TORCH_ARG(double, weight_decay) = 5e-4;
   TORCH_ARG(bool, nesterov) = false;
+  // Mitigations (see above).
+  TORCH_ARG(bool, delay_aware_lr) = false;
+  TORCH_ARG(int64_t, delay_lr_anneal_steps) = 0;
+  TORCH_ARG(bool, spike_compensation) = false;
+  TORCH_ARG(bool, weight_prediction) = false;
 };
 
 class Sgd {
@@ -38,7 +55,17 @@ class Sgd {
   Sgd(std::vector<torch::Tensor> params, SgdOptions options);
 
   // Applies one update with learning rate lr, in place, without touching version counters.
-  void step(double lr);
+  // `delay` is the gradient's delay D (spike compensation); lr is used as given (pass it
+  // through effective_lr() first for the delay-aware rate).
+  void step(double lr, int delay = 0);
+
+  // The learning rate for a gradient of delay D at global step t: lr itself unless
+  // delay_aware_lr is set.
+  double effective_lr(double lr, int delay, int64_t step) const;
+
+  // Moves the weights `steps` updates ahead along the momentum: w -= steps * lr * buf, in
+  // place, for parameters that have a momentum buffer. The caller restores them.
+  void extrapolate(int steps, double lr);
 
   // Drops the gradients (sets them undefined, so the next backward writes fresh ones).
   void zero_grad();

@@ -11,6 +11,10 @@
 //                  last worker, which starts from its loss; sends the input gradient to k-1);
 //   kUpdate(t)   - applies the gradient of t to partition k's weights at once.
 // Messages are implied: F(t) on k needs F(t) on k-1; B(t) on k needs B(t) on k+1.
+// With micro-batches (GPipe), forwards and backwards carry a micro-batch index m in
+// [0, micro_batches): mini-batch t is split into micro_batches slices along the batch
+// dimension, F(t.m) and B(t.m) move one slice, and U(t) applies the gradient summed over all
+// slices of t.
 //
 // Every executor (emulated, threads, processes) runs exactly these lists, so their results
 // agree. The properties users care about - staleness d_k, activations held at once - are
@@ -28,12 +32,17 @@ enum class OpKind { kForward, kBackward, kUpdate };
 struct Op {
   OpKind kind;
   int64_t step;
-  bool operator==(const Op& other) const { return kind == other.kind && step == other.step; }
+  int micro = 0;  // micro-batch of `step` (always 0 for kUpdate and without micro-batches)
+  bool operator==(const Op& other) const {
+    return kind == other.kind && step == other.step && micro == other.micro;
+  }
 };
 
 enum class ScheduleKind {
   kSequential,  // no pipelining: F(t) B(t) U(t) on every worker, one mini-batch in the pipe
   kStale,       // the paper's PPL-SGD: see make_stale()
+  kGPipe,       // micro-batches, flush before the update: see make_gpipe()
+  kOneFOneB,    // PipeDream's 1F1B with weight stashing: see make_one_f_one_b()
 };
 
 struct Schedule {
@@ -41,6 +50,10 @@ struct Schedule {
   int num_workers = 1;
   int64_t first_step = 0;
   int64_t end_step = 0;                      // exclusive
+  int micro_batches = 1;                     // slices per mini-batch (GPipe); 1 otherwise
+  // The backward of t uses the weights its forward used (PipeDream's weight stashing) instead
+  // of the partition's current weights (the paper's scheme).
+  bool stash_weights = false;
   std::vector<std::vector<Op>> worker_ops;   // [worker] -> ops in program order
 };
 
@@ -54,12 +67,27 @@ Schedule make_sequential(int num_workers, int64_t first_step, int64_t end_step);
 // the updates of the d = 2(K-1-k) - 1 mini-batches before it (none on the last worker).
 Schedule make_stale(int num_workers, int64_t first_step, int64_t end_step);
 
-Schedule make_schedule(ScheduleKind kind, int num_workers, int64_t first_step, int64_t end_step);
+// GPipe (Huang et al. 2019): every worker runs the forwards of all micro-batches of t, then
+// their backwards in reverse order, then U(t). The pipeline is flushed before every update,
+// so no weight is stale: the result equals non-pipelined training on the whole mini-batch
+// (up to floating-point summation order, and except batch norm, which normalises each slice).
+Schedule make_gpipe(int num_workers, int64_t first_step, int64_t end_step, int micro_batches);
 
-// "sequential" | "stale"; anything else throws UsageError.
+// 1F1B with weight stashing (PipeDream, Narayanan et al. 2019): worker k (0-based) first runs
+// K-k forwards, then per cycle one backward, its update and one forward. Forwards compute with
+// weights that miss the updates of the K-k-1 mini-batches before them, as in PPL-SGD, but each
+// backward uses the stashed weights of its own forward, so worker k holds up to K-k weight
+// versions.
+Schedule make_one_f_one_b(int num_workers, int64_t first_step, int64_t end_step);
+
+// micro_batches applies to kGPipe only (must be 1 otherwise).
+Schedule make_schedule(ScheduleKind kind, int num_workers, int64_t first_step, int64_t end_step,
+                       int micro_batches = 1);
+
+// "sequential" | "stale" | "gpipe" | "1f1b-stash"; anything else throws UsageError.
 ScheduleKind parse_schedule_kind(const std::string& name);
 std::string to_string(ScheduleKind kind);
-std::string to_string(const Op& op);  // "F12", "B12", "U12"
+std::string to_string(const Op& op);  // "F12", "B12", "U12"; "F12.3" for micro-batch 3
 
 // One operation of the whole pipeline.
 struct GlobalOp {
@@ -78,8 +106,11 @@ struct WorkerStats {
   // misses (d_k): the forward of t runs before U(t-d_k) .. U(t-1).
   int staleness = 0;
   // The largest number of mini-batches whose activations this worker holds at once (forward
-  // done, backward not yet).
+  // done, backward not yet). With micro-batches, in mini-batch units rounded up.
   int max_in_flight = 0;
+  // The largest number of copies of the partition's weights held at once: 1, plus the stashed
+  // versions that in-flight backwards still need when the schedule stashes weights.
+  int max_weight_versions = 1;
 };
 
 struct ScheduleStats {

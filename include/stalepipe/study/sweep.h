@@ -50,6 +50,9 @@ RunState run_state(const PlannedRun& run);
 struct SweepOptions {
   bool dry_run = false;   // only report the states
   std::string progress = "lines";
+  // Only the runs of these seeds (empty: all). Sweeps of different seeds of one experiment
+  // may run at the same time, e.g. one per core; `--collect` then tabulates them together.
+  std::vector<uint64_t> seeds;
 };
 
 // Runs what is missing or interrupted (in file order), then writes the tables and plots.

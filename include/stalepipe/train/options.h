@@ -34,8 +34,14 @@ struct TrainOptions {
   TORCH_ARG(std::string, pipeline) = "none";        // PPV: "none", "2", "7,13"
   TORCH_ARG(int, partitions) = 0;                   // > 0: choose a balanced PPV for K partitions
   TORCH_ARG(std::string, balance) = "time";         // with partitions: time | params | flops
-  TORCH_ARG(std::string, schedule) = "stale";       // stale | sequential | hybrid
+  TORCH_ARG(std::string, schedule) = "stale";       // stale | sequential | hybrid | gpipe | 1f1b-stash
   TORCH_ARG(std::string, hybrid_switch) = "";       // "N" epochs or "Ns" steps (hybrid only)
+  TORCH_ARG(int, micro_batches) = 1;                // gpipe: slices per mini-batch
+  // Staleness mitigations (docs/design.md, "Mitigations"; optim/sgd.h has the formulas).
+  TORCH_ARG(bool, delay_aware_lr) = false;          // lr * (1 + D)^-p per partition (PipeMare)
+  TORCH_ARG(double, delay_lr_anneal_epochs) = 0;    // p falls from 1 to 0 over these; 0 = p stays 1
+  TORCH_ARG(bool, weight_prediction) = false;       // forward with weights extrapolated D updates ahead
+  TORCH_ARG(bool, spike_compensation) = false;      // momentum spike compensation (Kosson et al.)
   TORCH_ARG(std::string, executor) = "threads";     // emulated | threads
   TORCH_ARG(std::string, devices) = "";             // "cpu,cpu" ; empty = cpu everywhere
   TORCH_ARG(int, threads) = 0;                      // total intra-op threads; 0 = all cores

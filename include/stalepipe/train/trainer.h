@@ -21,12 +21,9 @@
 
 namespace stalepipe::train {
 
-// The training loss became NaN or infinite: the run diverged (too much staleness for its
-// learning rate). The last checkpoint, from before the divergence, is intact.
-class DivergedError : public RuntimeError {
- public:
-  using RuntimeError::RuntimeError;
-};
+// Thrown by train() and resume() when the run diverges (common/error.h); the message names
+// the mini-batch, the partition, its staleness and learning rate, and the remedies.
+using stalepipe::DivergedError;
 
 struct EpochMetrics {
   int64_t epoch = 0;  // 1-based
@@ -43,7 +40,8 @@ struct EpochMetrics {
 struct PartitionReport {
   std::vector<int64_t> parameters;
   std::vector<int> staleness;      // d_k derived from the stale (or sequential) schedule
-  std::vector<int> max_in_flight;  // activations held at once
+  std::vector<int> max_in_flight;  // activations held at once (in mini-batches)
+  std::vector<int> weight_versions;  // weight copies held at once (> 1 with weight stashing)
   std::vector<std::string> units;  // "units 0-3 (conv1..fc1)"
   double stale_weight_percent = 0;
 };

@@ -99,5 +99,67 @@ TEST(Schedule, ParseKind) {
   EXPECT_THROW(make_stale(0, 0, 1), UsageError);
 }
 
+TEST(Schedule, GPipeRunsEveryMicroBatchThenFlushes) {
+  const auto s = make_gpipe(2, 4, 6, 3);
+  const std::vector<Op> expected = {
+      {OpKind::kForward, 4, 0},  {OpKind::kForward, 4, 1},  {OpKind::kForward, 4, 2},
+      {OpKind::kBackward, 4, 2}, {OpKind::kBackward, 4, 1}, {OpKind::kBackward, 4, 0},
+      {OpKind::kUpdate, 4},      {OpKind::kForward, 5, 0},  {OpKind::kForward, 5, 1},
+      {OpKind::kForward, 5, 2},  {OpKind::kBackward, 5, 2}, {OpKind::kBackward, 5, 1},
+      {OpKind::kBackward, 5, 0}, {OpKind::kUpdate, 5}};
+  EXPECT_EQ(s.worker_ops[0], expected);
+  EXPECT_EQ(s.worker_ops[1], expected);
+  EXPECT_EQ(s.micro_batches, 3);
+  EXPECT_FALSE(s.stash_weights);
+  for (const auto& w : analyze(s).workers) {
+    EXPECT_EQ(w.staleness, 0);
+    EXPECT_EQ(w.max_in_flight, 1);  // 3 micro-batches = one mini-batch of activations
+    EXPECT_EQ(w.max_weight_versions, 1);
+  }
+  EXPECT_EQ(to_string(Op{OpKind::kForward, 5, 2}), "F5.2");
+}
+
+TEST(Schedule, OneFOneBStashesOneWeightVersionPerMiniBatchInFlight) {
+  for (int K = 1; K <= 8; ++K) {
+    const auto s = make_one_f_one_b(K, 0, 6 * K);
+    EXPECT_TRUE(s.stash_weights);
+    const auto stats = analyze(s);
+    for (int k = 0; k < K; ++k) {  // 0-based
+      const auto& w = stats.workers[k];
+      EXPECT_EQ(w.staleness, K - k - 1) << "K=" << K << " worker " << k;
+      EXPECT_EQ(w.max_in_flight, K - k) << "K=" << K << " worker " << k;
+      EXPECT_EQ(w.max_weight_versions, K - k) << "K=" << K << " worker " << k;
+    }
+  }
+  // Two workers: the same order as PPL-SGD's (2(K-1-k) = K-k), but stashing.
+  EXPECT_EQ(make_one_f_one_b(2, 0, 7).worker_ops, make_stale(2, 0, 7).worker_ops);
+}
+
+TEST(Schedule, NewSchedulesDrainAndNeverDeadlock) {
+  for (int K = 1; K <= 6; ++K) {
+    for (int64_t n = 0; n <= 2 * K + 1; ++n) {
+      for (int M = 1; M <= 4; ++M) {
+        const auto s = make_gpipe(K, 3, 3 + n, M);
+        size_t total = 0;
+        for (const auto& ops : s.worker_ops) total += ops.size();
+        EXPECT_EQ(total, static_cast<size_t>(K * n * (2 * M + 1)));
+        EXPECT_EQ(global_order(s).size(), total) << "K=" << K << " n=" << n << " M=" << M;
+      }
+      const auto s = make_one_f_one_b(K, 3, 3 + n);
+      EXPECT_EQ(global_order(s).size(), static_cast<size_t>(3 * K * n));
+    }
+  }
+}
+
+TEST(Schedule, NamesRoundTripAndMicroBatchesNeedGPipe) {
+  for (auto kind : {ScheduleKind::kSequential, ScheduleKind::kStale, ScheduleKind::kGPipe,
+                    ScheduleKind::kOneFOneB}) {
+    EXPECT_EQ(parse_schedule_kind(to_string(kind)), kind);
+  }
+  EXPECT_THROW(parse_schedule_kind("pipedream"), UsageError);
+  EXPECT_THROW(make_schedule(ScheduleKind::kStale, 2, 0, 4, 2), UsageError);
+  EXPECT_THROW(make_gpipe(2, 0, 4, 0), UsageError);
+}
+
 }  // namespace
 }  // namespace stalepipe::schedule

@@ -62,6 +62,21 @@ TEST(Sweep, TrainsMissingSkipsFinishedAndTabulates) {
   }
 }
 
+TEST(Sweep, OneSweepPerSeedTrainsOnlyThatSeed) {
+  test::TempDir dir;
+  const auto ex = load_experiment(write_experiment(dir, kRuns));
+  SweepOptions seed2;
+  seed2.seeds = {2};
+  EXPECT_EQ(run_sweep(ex, seed2), 2);  // baseline and ppv2, seed 2 only
+  for (const auto& run : ex.runs) {
+    EXPECT_EQ(run_state(run), run.seed == 2 ? RunState::kFinished : RunState::kMissing) << run.name;
+  }
+  EXPECT_EQ(run_sweep(ex, {}), 2);  // the rest: seed 1
+  std::stringstream md;
+  md << std::ifstream(ex.out + "/results.md").rdbuf();
+  EXPECT_NE(md.str().find("| ppv2 | lenet5 | 2 | 2 | stale | "), std::string::npos) << md.str();
+}
+
 TEST(Sweep, ResumesAnInterruptedRunToTheSameResult) {
   test::TempDir dir;
   const auto ex = load_experiment(write_experiment(dir, nlohmann::json::array({{{"name", "ppv2"}, {"pipeline", "2"}}})));

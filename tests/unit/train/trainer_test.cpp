@@ -138,6 +138,50 @@ TEST(Trainer, BadOptionsAreUsageErrors) {
   expect_usage(small().schedule("hybrid"), "needs --hybrid-switch");
   expect_usage(small().executor("mpi"), "--executor mpi");
   expect_usage(small().data("imagenet"), "imagenet");
+  expect_usage(small().schedule("pipedream"), "--schedule pipedream: unknown schedule");
+  expect_usage(small().micro_batches(2), "applies to --schedule gpipe only");
+  expect_usage(small().schedule("gpipe").micro_batches(33), "more micro-batches than the --batch-size of 32");
+  // 200 samples in batches of 32 leave a last batch of 8.
+  expect_usage(small().schedule("gpipe").micro_batches(9), "the last mini-batch of each epoch has only 8 samples");
+  expect_usage(small().weight_prediction(true).momentum(0), "--weight-prediction extrapolates along the momentum");
+  expect_usage(small().delay_lr_anneal_epochs(1), "--delay-lr-anneal-epochs needs --delay-aware-lr");
+  expect_usage(small().spike_compensation(true).nesterov(true), "--spike-compensation needs plain momentum");
+}
+
+TEST(Trainer, NewSchedulesReportWhatTheyHold) {
+  test::TempDir dir;
+  const auto stash = train(small("1,3").schedule("1f1b-stash").out(dir.path()), quiet());
+  EXPECT_EQ(stash.partitions.staleness, (std::vector<int>{2, 1, 0}));
+  EXPECT_EQ(stash.partitions.weight_versions, (std::vector<int>{3, 2, 1}));
+  auto summary = nlohmann::json::parse(std::ifstream(dir.path() + "/summary.json"));
+  EXPECT_EQ(summary["schedule"], "1f1b-stash");
+  EXPECT_EQ(summary["weight_versions"], nlohmann::json({3, 2, 1}));
+  const auto gpipe = train(small("1,3").schedule("gpipe").micro_batches(4), quiet());
+  EXPECT_EQ(gpipe.partitions.staleness, (std::vector<int>{0, 0, 0}));
+  const auto sequential = train(small("1,3").schedule("sequential"), quiet());
+  EXPECT_TRUE(test::all_close(gpipe.parameters, sequential.parameters, 1e-4, 1e-6));
+}
+
+TEST(Trainer, DivergenceStopsAtOnceNamesTheCauseAndKeepsTheLastCheckpoint) {
+  // A sane first epoch, then a learning rate that must blow up.
+  auto options = small().lr(0.01).lr_schedule("step").lr_milestones({1}).lr_gamma(1e9);
+  test::TempDir dir;
+  try {
+    train(options.out(dir.path()), quiet());
+    FAIL() << "the run did not diverge";
+  } catch (const DivergedError& e) {
+    const std::string message = e.what();
+    for (const char* fragment : {"(epoch 2): the run diverged", "Partition 1 computes with weights d_1 = 1 update(s) stale at lr 1e+07",
+                                 "--weight-prediction", "The checkpoint of step 7 is intact"}) {
+      EXPECT_NE(message.find(fragment), std::string::npos) << fragment << " not in: " << message;
+    }
+    EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+  }
+  // The checkpoint holds exactly the weights of a healthy one-epoch run.
+  const auto one_epoch = train(options.epochs(1).out(""), quiet());
+  const auto [loss, accuracy] = evaluate_run(dir.path(), 2);
+  EXPECT_EQ(loss, one_epoch.test_loss);
+  EXPECT_EQ(accuracy, one_epoch.test_accuracy);
 }
 
 TEST(Trainer, EightPartitionsAndTinyDataDoNotDeadlock) {
