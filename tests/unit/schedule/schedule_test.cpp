@@ -95,7 +95,7 @@ TEST(Schedule, TableShowsPipelining) {
 TEST(Schedule, ParseKind) {
   EXPECT_EQ(parse_schedule_kind("stale"), ScheduleKind::kStale);
   EXPECT_EQ(parse_schedule_kind("sequential"), ScheduleKind::kSequential);
-  EXPECT_THROW(parse_schedule_kind("gpipe"), UsageError);
+  EXPECT_THROW(parse_schedule_kind("gpipe2"), UsageError);
   EXPECT_THROW(make_stale(0, 0, 1), UsageError);
 }
 
