@@ -161,6 +161,26 @@ INSTANTIATE_TEST_SUITE_P(Ranks, ProcessesEqualEmulated,
                                            std::make_pair(std::string("1,3"), 3)),
                          [](const auto& info) { return "K" + std::to_string(info.param.second); });
 
+TEST(Processes, NewSchedulesAndMitigationsEqualEmulated) {
+  // Micro-batch messages (GPipe) and per-rank stashes and delays (1F1B, mitigations) over Gloo.
+  const std::vector<std::vector<std::string>> variants = {
+      {"--schedule", "gpipe", "--micro-batches", "4"},
+      {"--schedule", "1f1b-stash", "--weight-prediction", "--spike-compensation", "--delay-aware-lr"}};
+  for (const auto& extra : variants) {
+    TempDir dir;
+    const std::string ref = dir.file("emulated"), run = dir.file("processes");
+    auto ref_args = train_args("1,3", 3, ref, "emulated", 1);
+    auto run_args = train_args("1,3", 3, run, "processes", 1);
+    ref_args.insert(ref_args.end(), extra.begin(), extra.end());
+    run_args.insert(run_args.end(), extra.begin(), extra.end());
+    ASSERT_EQ(wait_for(spawn(ref_args, {}, dir.file("ref.log")), 60), 0) << slurp(dir.file("ref.log"));
+    ASSERT_EQ(wait_for(spawn(launch_args(3, run_args), {}, dir.file("run.log")), 60), 0)
+        << slurp(dir.file("run.log"));
+    SCOPED_TRACE(extra[1]);
+    expect_same_results(ref, run);
+  }
+}
+
 std::vector<std::string> rank_env(int rank, int world, int port) {
   return {"RANK=" + std::to_string(rank), "WORLD_SIZE=" + std::to_string(world),
           "MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + std::to_string(port)};
