@@ -85,7 +85,7 @@ void measure_processes(perf::BenchReport& report) {
   fs::create_directories(dir);
   const std::vector<std::string> common = {
       "--model", o.model(), "--data", "synthetic:" + std::to_string(o.steps() * o.batch_size()),
-      "--batch-size", std::to_string(o.batch_size()), "--epochs", "2", "--test-subset", "128",
+      "--batch-size", std::to_string(o.batch_size()), "--epochs", "2", "--test-subset", "1",  // evaluation is not timed
       "--pipeline", report.ppv, "--threads", std::to_string(report.threads), "--lr", "0.01",
       "--progress", "none", "--seed", std::to_string(o.seed())};
   auto train_args = [&](const std::string& executor, const std::string& out) {
