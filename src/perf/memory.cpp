@@ -241,7 +241,8 @@ std::string format_memory_report(const MemoryReport& r) {
     s += line;
   }
   s += c10::str("\nTable 9 (4-stage increase over non-pipelined = weights + one mini-batch's activations):\n");
-  std::snprintf(line, sizeof(line),
+  char summary[768];
+  std::snprintf(summary, sizeof(summary),
                 "  activations/sample %.3f MB, weights %.3f MB, non-pipelined %.2f MB\n"
                 "  this scheme +%.0f%% (computed), +%.0f%% (measured: non-pipelined peak %.2f MB, partition\n"
                 "  peaks add %.2f MB; %% of the peak less gradient and momentum)\n"
@@ -249,7 +250,7 @@ std::string format_memory_report(const MemoryReport& r) {
                 t.activation_mb_per_sample, t.weight_mb, mb(t.non_pipelined_bytes), t.scheme_percent,
                 r.measured_scheme_percent, mb(r.measured_non_pipelined_bytes),
                 mb(r.measured_scheme_added_bytes), t.stash_percent);
-  s += line;
+  s += summary;
   return s;
 }
 
