@@ -82,16 +82,16 @@ def main():
         cells += ["-"] * (len(header) + len(peer_names) - len(cells))
         print(f"| {model} ({b['ppv']}) | " + " | ".join(cells) + " |")
 
-    print("\n### memory of 4-stage (K=2) training over non-pipelined, batch 128 (Table 9)\n")
-    print("| network | PPV | activations/sample (MB) | weights (MB) | stashing (PipeDream), computed | "
+    print("\n### memory of 4-stage (K=2) training over non-pipelined (Table 9)\n")
+    print("| network | PPV | batch | activations/sample (MB) | weights (MB) | stashing (PipeDream), computed | "
           "this scheme, computed | this scheme, measured | paper: PipeDream / this scheme |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|")
     parts = []
     for model, (ppv, pd, ours) in PAPER_T9.items():
         m = load(folder, f"memory-{model}.json")
         if not m:
             continue
-        print(f"| {model} | {m['ppv']} | {m['activation_mb_per_sample']:.3f} | {m['weight_mb']:.3f} | "
+        print(f"| {model} | {m['ppv']} | {m['batch_size']} | {m['activation_mb_per_sample']:.3f} | {m['weight_mb']:.3f} | "
               f"+{m['stash_percent']:.0f}% | +{m['scheme_percent']:.0f}% | +{m['measured_scheme_percent']:.0f}% | "
               f"+{pd}% / +{ours}% |")
         parts.append(m)
