@@ -18,5 +18,7 @@ Command add_sweep(CLI::App& app);
 Command add_launch(CLI::App& app);
 Command add_profile(CLI::App& app);
 Command add_simulate(CLI::App& app);
+Command add_bench(CLI::App& app);
+Command add_memory(CLI::App& app);
 
 }  // namespace stalepipe::cli

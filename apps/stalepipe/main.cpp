@@ -25,6 +25,8 @@ int main(int argc, char** argv) {
       {"sweep", "run an experiment file: train what is missing, resume, collect results", stalepipe::cli::add_sweep},
       {"profile", "per-unit forward/backward time and memory (as caffe time)", stalepipe::cli::add_profile},
       {"simulate", "predict a pipeline's throughput, bubbles and memory from a profile", stalepipe::cli::add_simulate},
+      {"bench", "images/s: non-pipelined vs the stale pipeline vs the profile's bound, with targets", stalepipe::cli::add_bench},
+      {"memory", "per-partition memory predicted from the schedule and measured; Table 9", stalepipe::cli::add_memory},
       {"launch", "start K local ranks of a command (--executor processes); -- then the command", stalepipe::cli::add_launch},
   };
   std::map<CLI::App*, Command> commands;

@@ -91,7 +91,9 @@ Profile profile_model(models::Model& model, const ProfileOptions& options) {
     std::vector<double> forward_ms, backward_ms;
     torch::Tensor next;
     for (int r = 0; r < options.warmup + options.repeats; ++r) {
-      torch::Tensor input = x.detach().requires_grad_(true);
+      // As in exec::Stage: the first unit's input is data (no input gradient to compute);
+      // later units get a leaf that requires grad, as a pipeline register hands over.
+      torch::Tensor input = u == 0 ? x.detach() : x.detach().requires_grad_(true);
       const bool cpu = input.device().is_cpu();
       const int64_t heap_before = heap_in_use();
       auto start = Clock::now();
@@ -102,7 +104,7 @@ Profile profile_model(models::Model& model, const ProfileOptions& options) {
       torch::Tensor grad = torch::ones_like(out);
       if (!cpu) torch::cuda::synchronize();
       start = Clock::now();
-      out.backward(grad);
+      if (out.requires_grad()) out.backward(grad);  // a weightless first unit has no backward
       if (!cpu) torch::cuda::synchronize();
       const double b_ms = ms_since(start);
       if (r >= options.warmup) {

@@ -84,6 +84,47 @@ TEST(Cli, HelpLayersAndSchedule) {
   EXPECT_NE(schedule.out.find("3\t0\t1"), std::string::npos) << schedule.out;
 }
 
+TEST(Cli, BenchAndMemoryBadFlagsExitTwo) {
+  expect_one_line_error(run_cli({"bench", "--steps", "3"}), 2, "--steps 3: a 2-partition pipeline needs 4K+2 = 10");
+  expect_one_line_error(run_cli({"bench", "--pipeline", "none"}), 2, "at least one register");
+  expect_one_line_error(run_cli({"bench", "--pipeline", "9"}), 2, "a register may follow layer 1, 2, 3, 4");
+  expect_one_line_error(run_cli({"bench", "--pipeline", "2", "--partitions", "3"}), 2, "--partitions");
+  expect_one_line_error(run_cli({"bench", "--model", "resnet21"}), 2, "6n+2");
+  expect_one_line_error(run_cli({"bench", "--batch-size", "0"}), 2, "--batch-size must be >= 1, got 0");
+  expect_one_line_error(run_cli({"bench", "--balance", "luck"}), 2, "--balance luck");
+  expect_one_line_error(run_cli({"bench", "--warmup-steps", "-1"}), 2, "--warmup-steps must be >= 0");
+  expect_one_line_error(run_cli({"bench", "--partitions", "0"}), 2, "--partitions must be 1..64, got 0");
+  expect_one_line_error(run_cli({"memory"}), 2, "--pipeline");
+  expect_one_line_error(run_cli({"memory", "--pipeline", "none"}), 2, "at least one register");
+  expect_one_line_error(run_cli({"memory", "--pipeline", "9"}), 2, "a register may follow layer");
+  expect_one_line_error(run_cli({"memory", "--pipeline", "2", "--channels", "0"}), 2, "--channels must be 1..64");
+}
+
+TEST(Cli, BenchAndMemoryReport) {
+  // Correctness of the paths, not speed: small batch, few steps.
+  TempDir dir;
+  const auto bench = run_cli({"bench", "--model", "lenet5", "--batch-size", "16", "--warmup-steps", "1",
+                              "--steps", "10", "--threads", "2", "--json", dir.path() + "/bench.json"});
+  ASSERT_EQ(bench.status, 0) << bench.err;
+  EXPECT_NE(bench.out.find("bit-identical"), std::string::npos) << bench.out;
+  const auto j = nlohmann::json::parse(std::ifstream(dir.path() + "/bench.json"));
+  EXPECT_TRUE(j.at("executors_agree").get<bool>());
+  EXPECT_EQ(j.at("partitions").get<int>(), 2);
+  EXPECT_EQ(j.at("measurements").size(), 4u);  // 1 thread, 2 threads, pipeline, emulated
+  for (const char* rate : {"one_thread", "all_threads", "pipeline", "emulated", "bound", "simulated"}) {
+    EXPECT_GT(j.at("rates").at(rate).get<double>(), 0) << rate;
+  }
+  EXPECT_EQ(j.at("targets").size(), 6u);
+  const auto memory = run_cli({"memory", "--model", "lenet5", "--pipeline", "2", "--batch-size", "8",
+                               "--json", dir.path() + "/memory.json"});
+  ASSERT_EQ(memory.status, 0) << memory.err;
+  const auto m = nlohmann::json::parse(std::ifstream(dir.path() + "/memory.json"));
+  ASSERT_EQ(m.at("partitions").size(), 2u);
+  EXPECT_EQ(m.at("partitions")[0].at("max_in_flight").get<int>(), 2);
+  EXPECT_GT(m.at("partitions")[0].at("measured_peak_bytes").get<int64_t>(), 0);
+  EXPECT_GT(m.at("scheme_percent").get<double>(), 0);
+}
+
 // Waits until the run has written its first checkpoint.
 void wait_for_checkpoint(const std::string& dir) {
   for (int i = 0; i < 1200 && !fs::exists(dir + "/checkpoint/manifest.json"); ++i) {

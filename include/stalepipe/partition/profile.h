@@ -3,7 +3,8 @@
 //
 // Each unit is measured on its own, in training mode, on the device of the model's first
 // parameter (CPU for the zoo): a forward of a leaf input that requires grad (the input a
-// pipeline register hands over), then a backward from a ones-like output gradient. Times are
+// pipeline register hands over; for the first unit plain data, as exec::Stage feeds it, so no
+// input gradient is timed there), then a backward from a ones-like output gradient. Times are
 // steady_clock wall times in milliseconds, the median over `repeats` runs after `warmup` runs.
 //
 // Memory, per mini-batch of batch_size samples:

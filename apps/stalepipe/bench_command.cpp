@@ -1,0 +1,165 @@
+// `stalepipe bench --model NAME [--partitions 2 --balance time | --pipeline PPV]`: images/s of
+// non-pipelined training (1 thread, all cores), the stale pipeline (threads executor), the
+// emulated executor, the profile's bound and the simulator's prediction, with the issue's
+// targets (perf/bench.h). --processes adds `train --executor processes` on K ranks against
+// the same `train` run with the threads executor, as child processes of this program.
+//
+// `stalepipe memory --model NAME --pipeline PPV`: per-partition memory predicted from the
+// schedule and measured, and the paper's Table 9 line (perf/memory.h).
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "commands.h"
+#include "stalepipe/common/error.h"
+#include "stalepipe/common/files.h"
+#include "stalepipe/perf/bench.h"
+#include "stalepipe/perf/memory.h"
+
+extern char** environ;
+
+namespace stalepipe::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string self_path() {
+  char buffer[PATH_MAX];
+  const ssize_t n = ::readlink("/proc/self/exe", buffer, sizeof(buffer) - 1);
+  SP_CHECK(n > 0, "bench: cannot read /proc/self/exe: ", std::strerror(errno));
+  return std::string(buffer, static_cast<size_t>(n));
+}
+
+// Runs this program with `args`, output to `log_path`; throws RuntimeError on failure.
+void run_self(const std::vector<std::string>& args, const std::string& log_path) {
+  const std::string exe = self_path();
+  std::vector<char*> argv;
+  argv.push_back(const_cast<char*>(exe.c_str()));
+  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, log_path.c_str(),
+                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
+  posix_spawn_file_actions_addclose(&actions, STDIN_FILENO);
+  pid_t pid = -1;
+  const int rc = posix_spawn(&pid, exe.c_str(), &actions, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  SP_CHECK(rc == 0, "bench: cannot start ", exe, ": ", std::strerror(rc));
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  SP_CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "bench: `stalepipe ", args[0],
+           "` failed (status ", WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status),
+           "); its output is in ", log_path);
+}
+
+// images/s of the last epoch in DIR/metrics.jsonl (epoch 2: epoch 1 was the warm-up).
+double last_epoch_images_per_second(const std::string& dir) {
+  std::ifstream in(dir + "/metrics.jsonl");
+  SP_CHECK(in, "bench: ", dir, "/metrics.jsonl is missing");
+  std::string line, last;
+  while (std::getline(in, line)) {
+    if (!line.empty()) last = line;
+  }
+  SP_CHECK(!last.empty(), "bench: ", dir, "/metrics.jsonl is empty");
+  return nlohmann::json::parse(last).at("images_per_second").get<double>();
+}
+
+// `train` over the threads executor, then over the processes executor on K ranks, with the
+// same options: 2 epochs of `steps` mini-batches of synthetic data; epoch 2 is measured.
+void measure_processes(perf::BenchReport& report) {
+  const auto& o = report.options;
+  const fs::path dir = fs::temp_directory_path() / ("stalepipe-bench-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const std::vector<std::string> common = {
+      "--model", o.model(), "--data", "synthetic:" + std::to_string(o.steps() * o.batch_size()),
+      "--batch-size", std::to_string(o.batch_size()), "--epochs", "2", "--test-subset", "1",  // evaluation is not timed
+      "--pipeline", report.ppv, "--threads", std::to_string(report.threads), "--lr", "0.01",
+      "--progress", "none", "--seed", std::to_string(o.seed())};
+  auto train_args = [&](const std::string& executor, const std::string& out) {
+    std::vector<std::string> a = {"train", "--executor", executor, "--out", out};
+    a.insert(a.end(), common.begin(), common.end());
+    return a;
+  };
+  // On failure the folder stays: the error names the log to read.
+  std::fprintf(stderr, "bench: train --executor threads (%d partitions)\n", report.partitions);
+  run_self(train_args("threads", (dir / "threads").string()), (dir / "threads.log").string());
+  report.rates.threads_train = last_epoch_images_per_second((dir / "threads").string());
+  std::fprintf(stderr, "bench: launch --nproc %d -- train --executor processes\n", report.partitions);
+  auto launch = train_args("processes", (dir / "processes").string());
+  launch.insert(launch.begin(), {"launch", "--nproc", std::to_string(report.partitions), "--"});
+  run_self(launch, (dir / "processes.log").string());
+  report.rates.processes = last_epoch_images_per_second((dir / "processes").string());
+  fs::remove_all(dir);
+}
+
+}  // namespace
+
+Command add_bench(CLI::App& app) {
+  struct Args {
+    perf::BenchOptions options;
+    std::string json;
+    bool processes = false;
+  };
+  auto a = std::make_shared<Args>();
+  auto& o = a->options;
+  app.add_option("--model", o.model(), "lenet5 | alexnet | vgg16 | resnet<6n+2>")->capture_default_str();
+  app.add_option("--batch-size", o.batch_size(), "mini-batch size")->capture_default_str();
+  app.add_option("--channels", o.channels(), "input channels (1: Fashion-MNIST, 3: CIFAR-10)")->capture_default_str();
+  auto* pipeline = app.add_option("--pipeline", o.pipeline(), "PPV, e.g. 19 (the paper's 2n+1 for ResNet-56)");
+  auto* partitions = app.add_option("--partitions", o.partitions(), "K partitions, PPV chosen by --balance")->capture_default_str();
+  pipeline->excludes(partitions);
+  app.add_option("--balance", o.balance(), "with --partitions: time | params | flops")->capture_default_str();
+  app.add_option("--warmup-steps", o.warmup_steps(), "unmeasured mini-batches per configuration")->capture_default_str();
+  app.add_option("--steps", o.steps(), "measured mini-batches per configuration (>= 4K+2)")->capture_default_str();
+  app.add_option("--threads", o.threads(), "cores to use in all (0: all)")->capture_default_str();
+  app.add_option("--seed", o.seed(), "model and data seed")->capture_default_str();
+  app.add_option("--json", a->json, "also write the report as JSON to this file");
+  app.add_flag("--processes", a->processes,
+               "also time train --executor processes on K ranks against --executor threads (slower)");
+  return [a]() {
+    auto report = perf::run_bench(a->options, [](const std::string& line) {
+      std::fprintf(stderr, "bench: %s\n", line.c_str());
+    });
+    if (a->processes) {
+      measure_processes(report);
+      perf::finish_report(report);
+    }
+    std::fputs(perf::format_bench_report(report).c_str(), stdout);
+    if (!a->json.empty()) write_file_atomic(a->json, perf::to_json(report));
+    SP_CHECK(report.executors_agree, "bench: the threads and emulated executors ended with different "
+             "weights; the timings above are of a broken pipeline");
+    return 0;
+  };
+}
+
+Command add_memory(CLI::App& app) {
+  auto o = std::make_shared<perf::MemoryOptions>();
+  auto json = std::make_shared<std::string>();
+  app.add_option("--model", o->model, "lenet5 | alexnet | vgg16 | resnet<6n+2>")->capture_default_str();
+  app.add_option("--pipeline", o->pipeline, "PPV, e.g. 2 (at least one register)")->required();
+  app.add_option("--batch-size", o->batch_size, "mini-batch size")->capture_default_str();
+  app.add_option("--channels", o->channels, "input channels (1: MNIST-like, 3: CIFAR-10)")->capture_default_str();
+  app.add_option("--seed", o->seed, "model seed")->capture_default_str();
+  app.add_option("--json", *json, "also write the report as JSON to this file");
+  return [o, json]() {
+    const auto report = perf::memory_report(*o);
+    std::fputs(perf::format_memory_report(report).c_str(), stdout);
+    if (!json->empty()) write_file_atomic(*json, perf::to_json(report));
+    return 0;
+  };
+}
+
+}  // namespace stalepipe::cli

@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# The complete speed and memory measurement behind docs/performance.md (GitHub issue 5).
+#
+# Run on a quiet machine (nothing else compiling or training), from the repository root:
+#     scripts/build.sh && scripts/setup-peers.sh && bench/run_all.sh
+# Writes under results/bench/ (or $OUT):
+#     <model>-k2.json/.txt      stalepipe bench, 2 partitions balanced by time, + processes executor
+#     <model>-paper.json/.txt   stalepipe bench, the paper's placement (LeNet-5: 2; ResNet: 2n+1)
+#     peers-<model>-{k2,paper}.json/.txt   bench/peers.py (PyTorch plain and Pipe, same partitions)
+#     memory-<model>.json/.txt  stalepipe memory (Table 9: LeNet-5 2, AlexNet 3, VGG-16 2, ResNet-20 7)
+#     bench_channel.json, bench_executors.json   the Google Benchmark micro-benchmarks
+#     table.md                  the side-by-side tables for docs/performance.md
+#     machine.txt               CPU, load before and after, versions
+# ResNet-110 dominates the time (each configuration trains 3 + 20 mini-batches of 128).
+# Environment: OUT (folder), STEPS (measured steps, default 20), WARMUP (default 3), BATCH
+# (default 128), SPECS (model:paper-PPV list), MEMSPECS (model:PPV:channels list),
+# SKIP_PEERS=1 (no PyTorch), SKIP_PROCESSES=1 (no processes executor), SKIP_MICRO=1.
+# A smoke test of the script itself (a minute; numbers meaningless):
+#     OUT=/tmp/smoke BATCH=16 STEPS=10 WARMUP=1 SPECS=lenet5:2 MEMSPECS=lenet5:2:1 SKIP_MICRO=1 bench/run_all.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SP=build/apps/stalepipe/stalepipe
+OUT=${OUT:-results/bench}
+STEPS=${STEPS:-20}
+WARMUP=${WARMUP:-3}
+BATCH=${BATCH:-128}
+SPECS=${SPECS:-"lenet5:2 resnet56:19 resnet110:37"}
+MEMSPECS=${MEMSPECS:-"lenet5:2:1 alexnet:3:3 vgg16:2:3 resnet20:7:3"}
+[[ -x $SP ]] || { echo "run_all: $SP is missing; run scripts/build.sh first" >&2; exit 2; }
+if [[ -z ${SKIP_PEERS:-} ]] && ! /usr/bin/python3 -c "import torch" 2>/dev/null; then
+  echo "run_all: PyTorch is missing; run scripts/setup-peers.sh first (or SKIP_PEERS=1)" >&2
+  exit 2
+fi
+mkdir -p "$OUT"
+
+{
+  echo "date: $(date -Is)"
+  echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | xargs), $(nproc) cores"
+  echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
+  echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+} > "$OUT/machine.txt"
+
+processes=(--processes)
+[[ -n ${SKIP_PROCESSES:-} ]] && processes=()
+
+# model, the paper's PPV (LeNet-5: Table 9's; ResNet-(6n+2): 2n+1)
+for spec in $SPECS; do
+  model=${spec%%:*}
+  paper=${spec##*:}
+  echo "== $model: 2 partitions balanced by time" >&2
+  $SP bench --model "$model" --partitions 2 --balance time --batch-size "$BATCH" --warmup-steps "$WARMUP" --steps "$STEPS" \
+    "${processes[@]}" --json "$OUT/$model-k2.json" | tee "$OUT/$model-k2.txt"
+  echo "== $model: the paper's placement --pipeline $paper" >&2
+  $SP bench --model "$model" --pipeline "$paper" --batch-size "$BATCH" --warmup-steps "$WARMUP" --steps "$STEPS" \
+    --json "$OUT/$model-paper.json" | tee "$OUT/$model-paper.txt"
+  if [[ -z ${SKIP_PEERS:-} ]]; then
+    for placement in k2 paper; do
+      echo "== $model: PyTorch peers, partitions of $model-$placement" >&2
+      /usr/bin/python3 bench/peers.py --stalepipe-json "$OUT/$model-$placement.json" \
+        --warmup-steps "$WARMUP" --steps "$STEPS" --json "$OUT/peers-$model-$placement.json" \
+        | tee "$OUT/peers-$model-$placement.txt"
+    done
+  fi
+done
+
+# Table 9: LeNet-5 on MNIST-like data (1 channel), the others on CIFAR-10 (3 channels).
+for spec in $MEMSPECS; do
+  IFS=: read -r model ppv channels <<< "$spec"
+  echo "== memory: $model --pipeline $ppv" >&2
+  $SP memory --model "$model" --pipeline "$ppv" --channels "$channels" --batch-size "$BATCH" \
+    --json "$OUT/memory-$model.json" | tee "$OUT/memory-$model.txt"
+done
+
+if [[ -z ${SKIP_MICRO:-} && -x build/bench/bench_channel ]]; then
+  build/bench/bench_channel --benchmark_out="$OUT/bench_channel.json" --benchmark_out_format=json
+  build/bench/bench_executors --benchmark_out="$OUT/bench_executors.json" --benchmark_out_format=json
+fi
+
+echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)" >> "$OUT/machine.txt"
+/usr/bin/python3 bench/tables.py "$OUT" > "$OUT/table.md"
+cat "$OUT/table.md"

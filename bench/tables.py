@@ -1,0 +1,110 @@
+#!/usr/bin/python3
+"""Markdown tables for docs/performance.md from the JSON files bench/run_all.sh writes.
+
+Run:    /usr/bin/python3 bench/tables.py results/bench > results/bench/table.md
+Prints: the speed table (images/s of every configuration, stalepipe and PyTorch), the ratios
+with the issue's targets, the memory table (the paper's Table 9 beside ours) and the
+per-partition memory (predicted vs measured). Missing files leave their rows out.
+Standard library only (no PyTorch needed).
+"""
+import json
+import os
+import sys
+
+MODELS = ("lenet5", "resnet56", "resnet110")
+PLACEMENTS = (("k2", "balanced (time), K=2"), ("paper", "paper's PPV"))
+# The paper's Table 9 (paper-notes.md): PipeDream (stashing) and this scheme, % over non-pipelined.
+PAPER_T9 = {"lenet5": (2, 109, 97), "alexnet": (3, 214, 37), "vgg16": (2, 124, 75), "resnet20": (7, 61, 60)}
+
+
+def load(folder, name):
+    path = os.path.join(folder, name)
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        return json.load(f)
+
+
+def f1(x):
+    return f"{x:.1f}" if x else "-"
+
+
+def f2(x):
+    return f"{x:.2f}" if x else "-"
+
+
+def main():
+    if len(sys.argv) != 2 or not os.path.isdir(sys.argv[1]):
+        sys.exit("usage: tables.py RESULTS_FOLDER")
+    folder = sys.argv[1]
+    machine = os.path.join(folder, "machine.txt")
+    if os.path.exists(machine):
+        print("```\n" + open(machine).read().strip() + "\n```\n")
+
+    print("### images/s (steady state after warm-up; batch 128 in run_all.sh)\n")
+    print("| model | placement (PPV) | non-pip. 1 thr | non-pip. all thr | stale pipeline (threads) | "
+          "emulated | profile bound | simulator | train: threads / processes | "
+          "PyTorch 1 thr | PyTorch all thr | PyTorch Pipe (chunks) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    ratio_rows = []
+    for model in MODELS:
+        for key, label in PLACEMENTS:
+            b = load(folder, f"{model}-{key}.json")
+            if not b:
+                continue
+            r = b["rates"]
+            p = load(folder, f"peers-{model}-{key}.json")
+            plain1 = plainT = pipe = "-"
+            if p:
+                plain1 = f1(p["plain"].get("1", 0))
+                plainT = f1(p["plain"].get(str(p["threads"]), 0))
+                pipe = ", ".join(f"{v:.1f} ({c})" for c, v in p["pipe"].items())
+            train = f"{f1(r['threads_train'])} / {f1(r['processes'])}" if r["processes"] else "-"
+            print(f"| {model} | {label} ({b['ppv']}) | {f1(r['one_thread'])} | {f1(r['all_threads'])} | "
+                  f"{f1(r['pipeline'])} | {f1(r['emulated'])} | {f1(r['bound'])} | {f1(r['simulated'])} | "
+                  f"{train} | {plain1} | {plainT} | {pipe} |")
+            ratio_rows.append((model, b, p))
+
+    print("\n### ratios against the targets (pass / MISS)\n")
+    names = [t["name"] for t in ratio_rows[0][1]["targets"]] if ratio_rows else []
+    peer_names = ["ours non-pip. 1 thr / PyTorch 1 thr (>= 1)", "ours non-pip. all thr / PyTorch all thr (>= 1)",
+                  "stale pipeline / PyTorch Pipe best (>= 1.5)"]
+    header = [f"{n} ({'>= ' + str(t['low']) if t['high'] is None else str(t['low']) + '..' + str(t['high'])})"
+              for n, t in zip(names, ratio_rows[0][1]["targets"])] if ratio_rows else []
+    print("| model (PPV) | " + " | ".join(header + peer_names) + " |")
+    print("|---|" + "---|" * (len(header) + len(peer_names)))
+    for model, b, p in ratio_rows:
+        cells = [f"{t['value']:.2f} {'pass' if t['status'] == 'pass' else 'MISS' if t['status'] == 'miss' else '-'}"
+                 for t in b["targets"]]
+        compare = {c["name"]: c for c in (p or {}).get("compare", [])}
+        for c in compare.values():
+            cells.append(f"{c['value']:.2f} {'pass' if c['status'] == 'pass' else 'MISS'}")
+        cells += ["-"] * (len(header) + len(peer_names) - len(cells))
+        print(f"| {model} ({b['ppv']}) | " + " | ".join(cells) + " |")
+
+    print("\n### memory of 4-stage (K=2) training over non-pipelined (Table 9)\n")
+    print("| network | PPV | batch | activations/sample (MB) | weights (MB) | stashing (PipeDream), computed | "
+          "this scheme, computed | this scheme, measured | paper: PipeDream / this scheme |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    parts = []
+    for model, (ppv, pd, ours) in PAPER_T9.items():
+        m = load(folder, f"memory-{model}.json")
+        if not m:
+            continue
+        print(f"| {model} | {m['ppv']} | {m['batch_size']} | {m['activation_mb_per_sample']:.3f} | {m['weight_mb']:.3f} | "
+              f"+{m['stash_percent']:.0f}% | +{m['scheme_percent']:.0f}% | +{m['measured_scheme_percent']:.0f}% | "
+              f"+{pd}% / +{ours}% |")
+        parts.append(m)
+
+    print("\n### per-partition memory (MB): predicted from the schedule vs measured peak\n")
+    print("| network | partition | in flight | predicted | measured | measured / predicted | + weight stashing |")
+    print("|---|---|---|---|---|---|---|")
+    for m in parts:
+        for k, q in enumerate(m["partitions"]):
+            ratio = q["measured_peak_bytes"] / q["predicted_bytes"] if q["predicted_bytes"] else 0
+            print(f"| {m['model']} | {k + 1} | {q['max_in_flight']} | {q['predicted_bytes'] / 1e6:.2f} | "
+                  f"{q['measured_peak_bytes'] / 1e6:.2f} | {f2(ratio)} | {q['stash_bytes'] / 1e6:.3f} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,147 @@
+// `stalepipe bench`: how fast the stale pipeline trains next to non-pipelined training and
+// next to what the profile says it could do, measured in one run (GitHub issue 5, item 3).
+//
+// Configurations, each on a freshly built model with the same seed, driven through the real
+// path (exec::Pipeline + Executor::run over a schedule):
+//   one_thread     non-pipelined (1 partition, sequential schedule), 1 intra-op thread;
+//   all_threads    non-pipelined, `threads` intra-op threads;
+//   pipeline       stale schedule, threads executor, K workers with threads/K threads each;
+//   emulated       the same stale pipeline on the emulated executor (one op at a time);
+//   same_threads   non-pipelined with threads/K threads, measured only when threads/K is
+//                  neither 1 nor `threads` (the emulator's fair comparison).
+// Each runs warmup_steps mini-batches as one segment, then `steps` as a second segment. The
+// rate reported is the steady state of the second segment: the last worker's loss
+// completions from index 2K to steps-1-2K (skipping fill and drain, as sim::simulate's
+// steady state does): batch x intervals / time. The whole-segment rate is kept too.
+// Inputs: a few pre-made batches of synthetic data (data/synthetic.h), padded to 32x32 and
+// normalised as the trainer does, reused in turn, so data loading is not measured.
+//
+// Before anything is reported as a speed, correctness: the pipeline and emulated runs must end
+// with bit-identical weights (they run the same schedule from the same seed), and every
+// configuration's losses must be finite.
+//
+// Predictions from one profile (partition/profile.h) with threads/K threads per unit:
+//   bound      = batch / max_k (forward + backward of partition k): the steady-state pace of
+//                the slowest partition, ignoring updates and register copies;
+//   simulated  = sim::simulate's steady images/s of the stale schedule with the same costs.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <torch/arg.h>
+
+namespace stalepipe::sim {
+struct PartitionCosts;
+}
+
+namespace stalepipe::perf {
+
+struct BenchOptions {
+  TORCH_ARG(std::string, model) = "lenet5";
+  TORCH_ARG(int64_t, batch_size) = 128;     // >= 1
+  TORCH_ARG(int64_t, channels) = 1;         // input channels (1: Fashion-MNIST, 3: CIFAR-10)
+  TORCH_ARG(std::string, pipeline) = "";    // PPV; empty: choose one for `partitions`
+  TORCH_ARG(int, partitions) = 2;           // K when pipeline is empty, 2..64
+  TORCH_ARG(std::string, balance) = "time"; // time | params | flops
+  TORCH_ARG(int64_t, warmup_steps) = 3;     // >= 0
+  TORCH_ARG(int64_t, steps) = 20;           // >= 4K + 2 (steady state needs fill and drain cut)
+  TORCH_ARG(int, threads) = 0;              // cores in all; 0 = std::thread::hardware_concurrency
+  TORCH_ARG(uint64_t, seed) = 1;
+};
+
+// One configuration's result.
+struct Measurement {
+  std::string key;                    // one_thread | all_threads | pipeline | emulated | same_threads
+  std::string label;                  // human-readable, e.g. "stale pipeline, threads, 2 x 1 thread"
+  std::string executor;               // emulated | threads
+  int partitions = 1;
+  std::vector<int> threads_per_worker;
+  int64_t steps = 0;                  // measured steps (after warm-up)
+  double images_per_second = 0;       // steady state (see above)
+  double segment_images_per_second = 0;  // steps x batch / segment wall time (fill, drain in)
+  double final_loss = 0;              // last measured step's loss (finite)
+};
+
+// A target of the issue: value must lie in [low, high].
+struct TargetCheck {
+  std::string name;         // e.g. "pipeline / non-pipelined 1 thread"
+  double value = 0;
+  double low = 0, high = 0; // high = +inf for one-sided targets
+  bool measured = true;     // false: a rate was not measured (0); not a pass, not a miss
+  bool pass() const { return measured && value >= low && value <= high; }
+};
+
+// The rates the ratios come from (images/s; 0 = not measured).
+struct BenchRates {
+  double one_thread = 0;
+  double all_threads = 0;
+  double pipeline = 0;
+  double emulated = 0;
+  double non_pipelined_same_threads = 0;  // non-pipelined at threads/K threads per worker
+  double bound = 0;
+  double simulated = 0;
+  double processes = 0;       // `train --executor processes` on K ranks (bench --processes)
+  double threads_train = 0;   // the same `train` run with the threads executor
+};
+
+struct BenchRatios {
+  double pipeline_vs_one_thread = 0;
+  double pipeline_vs_all_threads = 0;
+  double pipeline_vs_bound = 0;
+  double emulated_vs_non_pipelined = 0;  // against non_pipelined_same_threads
+  double simulated_vs_measured = 0;      // simulated / pipeline
+  double processes_vs_threads = 0;
+};
+
+// Ratios of measured rates; a ratio whose denominator or numerator is 0 is 0.
+BenchRatios compute_ratios(const BenchRates& rates);
+
+// The issue's targets on the ratios: pipeline >= 1.8 x one thread, >= 0.9 x bound, >= 1.0 x
+// all threads; emulated within 5% of non-pipelined; simulated within 15% of measured;
+// processes >= 0.9 x threads. A target whose ratio is 0 is reported as not measured.
+std::vector<TargetCheck> check_targets(const BenchRatios& ratios);
+
+// batch / max_k (forward_k + backward_k) in images/s. Throws UsageError for empty or
+// mismatched costs, batch < 1, or a partition with zero time.
+double pipeline_bound(const sim::PartitionCosts& costs, int64_t batch_size);
+
+// Steady-state rate from the completion times (seconds, in step order) of a segment of a
+// K-partition pipeline: batch x (last - first) / (t[last] - t[first]) with first = 2K,
+// last = n-1-2K. Throws UsageError if n < 4K + 2 or the times do not increase.
+double steady_images_per_second(const std::vector<double>& completion_seconds, int partitions,
+                                int64_t batch_size);
+
+struct BenchReport {
+  BenchOptions options;
+  std::string ppv;              // the PPV measured, "7"
+  int partitions = 0;
+  int threads = 0;              // cores used in all
+  int threads_per_worker = 0;   // threads / K, at least 1
+  std::vector<double> partition_ms;  // profile: forward + backward per partition
+  std::vector<Measurement> measurements;
+  bool executors_agree = false; // pipeline and emulated weights bit-identical
+  BenchRates rates;
+  BenchRatios ratios;
+  std::vector<TargetCheck> targets;
+};
+
+// Runs the configurations above. `log` (may be null) gets one line per phase. Throws
+// UsageError for bad options (naming the option), RuntimeError if a run fails or diverges.
+// Leaves the calling thread's intra-op thread count at `threads`.
+BenchReport run_bench(const BenchOptions& options,
+                      const std::function<void(const std::string&)>& log = nullptr);
+
+// Recomputes ratios and targets from report.rates (after the caller added processes rates).
+void finish_report(BenchReport& report);
+
+// Text: one line per configuration (images/s, x one thread), the predictions, the ratios and
+// each target with pass / MISS / not measured. Ends with a newline.
+std::string format_bench_report(const BenchReport& report);
+
+// Everything in the report as JSON (options, ppv, rates, ratios, targets, measurements).
+std::string to_json(const BenchReport& report);
+
+}  // namespace stalepipe::perf

@@ -1,0 +1,98 @@
+// Memory of a stale pipeline, predicted from the schedule and measured per partition (GitHub
+// issue 5, item 6; the paper's Table 9).
+//
+// Prediction for partition k (bytes), from a profile (partition/profile.h) and the schedule:
+//   activations = max_in_flight_k x A_k, A_k = the partition's input + its units' kept bytes
+//                 per mini-batch (sim::partition_costs), max_in_flight_k from
+//                 schedule::analyze (2(K-k) for k < K, 1 for the last);
+//   weights     = W_k, trainable parameter bytes;
+//   optimizer   = W_k for the gradient, + W_k for the momentum buffer when momentum is used.
+// Weight stashing (PipeDream) would keep one more weight copy per mini-batch in flight beyond
+// the first: (max_in_flight_k - 1) x W_k on top.
+//
+// Table 9 accounting (memory increase of pipelined over non-pipelined training), as the
+// paper's columns: non-pipelined = W + A where W = sum W_k and A = sum A_k (one mini-batch's
+// activations, weights once); this scheme adds sum_k (max_in_flight_k - 1) x A_k; stashing
+// adds that plus sum_k (max_in_flight_k - 1) x W_k.
+//
+// Measurement (measure_partition_peaks): each partition alone on the calling thread, as its
+// worker would run it: a Stage of the partition's units runs the worker's operation list of
+// the stale schedule, with synthetic messages in place of its neighbours' (a random input of
+// the register's shape, a random output gradient). Every CPU allocation made by LibTorch's
+// default CPU allocator on this thread is counted through c10's memory-reporting hook
+// (c10::MemoryReportingInfoBase under c10::DebugInfoGuard, the one the autograd profiler's
+// memory events use); the peak of live bytes is taken. The partition's parameters are built
+// inside the measured scope, so the peak includes weights, gradients, momentum, activations
+// in flight and the temporaries of the op that reached the peak. One intra-op thread, so no
+// allocation escapes to an OpenMP worker thread.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace stalepipe::perf {
+
+struct PartitionMemory {
+  int max_in_flight = 0;
+  int64_t activation_bytes = 0;   // A_k, per mini-batch
+  int64_t weight_bytes = 0;       // W_k
+  int64_t optimizer_bytes = 0;    // gradient (+ momentum)
+  int64_t predicted_bytes = 0;    // max_in_flight x A_k + W_k + optimizer
+  int64_t stash_bytes = 0;        // (max_in_flight - 1) x W_k
+  int64_t measured_peak_bytes = -1;  // -1: not measured
+};
+
+struct MemoryTable {
+  int64_t batch_size = 0;
+  double activation_mb_per_sample = 0;  // A / batch, MB = 1e6 bytes as the paper
+  double weight_mb = 0;                 // W
+  int64_t non_pipelined_bytes = 0;      // W + A
+  int64_t scheme_added_bytes = 0;       // sum (in_flight - 1) A_k
+  int64_t stash_added_bytes = 0;        // scheme_added + sum (in_flight - 1) W_k
+  double scheme_percent = 0;            // 100 x scheme_added / non_pipelined
+  double stash_percent = 0;
+  std::vector<PartitionMemory> partitions;
+};
+
+// The prediction above from per-partition numbers (one entry each, same length; in-flight
+// counts >= 1). Throws UsageError on mismatched lengths or negative values.
+MemoryTable predict_memory(const std::vector<int64_t>& activation_bytes,
+                           const std::vector<int64_t>& weight_bytes,
+                           const std::vector<int>& max_in_flight, bool momentum,
+                           int64_t batch_size);
+
+struct MemoryOptions {
+  std::string model = "lenet5";
+  std::string pipeline;        // PPV, at least one register
+  int64_t batch_size = 128;
+  int64_t channels = 1;
+  uint64_t seed = 1;
+};
+
+struct MemoryReport {
+  MemoryOptions options;
+  MemoryTable predicted;                 // measured_peak_bytes filled per partition
+  int64_t measured_non_pipelined_bytes = 0;  // peak of the whole model as one partition
+  // sum of partition peaks - non-pipelined peak: with one device per partition, each must hold
+  // its own peak, so the peaks add up (temporaries included).
+  int64_t measured_scheme_added_bytes = 0;
+  // Of the computed column's base: the non-pipelined peak less gradient and momentum (2W).
+  double measured_scheme_percent = 0;
+};
+
+// Peak bytes of each partition of model/ppv running its worker's ops of the stale schedule
+// (momentum 0.9), measured as above. An empty ppv measures the whole model (sequential).
+// Throws UsageError for bad options, RuntimeError if LibTorch's allocator reports nothing
+// (the hook is not available in this build).
+std::vector<int64_t> measure_partition_peaks(const MemoryOptions& options, const std::vector<int>& ppv);
+
+// Profile (for A_k) + prediction + measurement of every partition and of the whole model.
+MemoryReport memory_report(const MemoryOptions& options);
+
+// Text table: per partition in-flight, A_k, W_k, predicted, measured, stashing; then the
+// Table 9 line (computed and measured). Ends with a newline.
+std::string format_memory_report(const MemoryReport& report);
+std::string to_json(const MemoryReport& report);
+
+}  // namespace stalepipe::perf

@@ -1,0 +1,384 @@
+#include "stalepipe/perf/bench.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <thread>
+
+#include <ATen/Parallel.h>
+#include <nlohmann/json.hpp>
+
+#include "stalepipe/common/error.h"
+#include "stalepipe/data/loader.h"
+#include "stalepipe/data/normalize.h"
+#include "stalepipe/data/synthetic.h"
+#include "stalepipe/exec/executor.h"
+#include "stalepipe/exec/pipeline.h"
+#include "stalepipe/models/zoo.h"
+#include "stalepipe/partition/balance.h"
+#include "stalepipe/partition/plan.h"
+#include "stalepipe/partition/profile.h"
+#include "stalepipe/schedule/schedule.h"
+#include "stalepipe/sim/simulate.h"
+
+namespace stalepipe::perf {
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+double ratio(double num, double den) { return num > 0 && den > 0 ? num / den : 0; }
+
+double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Fixed training hyper-parameters: speed does not depend on them, but a diverging run (NaN)
+// could, so the learning rate is modest.
+constexpr double kLr = 0.01;
+optim::SgdOptions bench_sgd() { return optim::SgdOptions().momentum(0.9).weight_decay(5e-4); }
+
+struct Setup {
+  const BenchOptions& options;
+  models::InputShape input;
+  std::vector<exec::Input> batches;  // reused in turn
+};
+
+struct RunOutcome {
+  Measurement measurement;
+  std::vector<torch::Tensor> parameters;
+};
+
+// One configuration: fresh seeded model -> Pipeline -> warm-up segment -> measured segment.
+RunOutcome measure(const Setup& setup, const std::vector<int>& ppv, schedule::ScheduleKind kind,
+                   const std::string& executor_name, int threads_per_worker) {
+  const BenchOptions& o = setup.options;
+  torch::manual_seed(o.seed());
+  auto model = models::make_model(o.model(), setup.input);
+  const auto plan = partition::make_plan(model, ppv);
+  const int K = plan.num_partitions();
+  exec::Pipeline pipeline(model, plan, std::vector<torch::Device>(K, torch::kCPU), bench_sgd());
+  auto executor = exec::make_executor(executor_name);
+
+  std::vector<double> completions;
+  double last_loss = 0;
+  exec::SegmentContext context;
+  context.input = [&](int64_t t) { return setup.batches[t % setup.batches.size()]; };
+  context.lr = [](int64_t) { return kLr; };
+  context.on_step = [&](int64_t t, const exec::StepLoss& s) {
+    completions.push_back(now_seconds());
+    last_loss = s.loss;
+    SP_CHECK(std::isfinite(s.loss), "bench ", o.model(), " (", executor_name, ", --pipeline ",
+             partition::format_ppv(ppv), "): loss is not finite at mini-batch ", t);
+  };
+  context.threads_per_worker.assign(K, threads_per_worker);
+
+  const int64_t W = o.warmup_steps();
+  if (W > 0) executor->run(schedule::make_schedule(kind, K, 0, W), pipeline.stages(), context);
+  completions.clear();
+  const double start = now_seconds();
+  executor->run(schedule::make_schedule(kind, K, W, W + o.steps()), pipeline.stages(), context);
+  const double seconds = now_seconds() - start;
+
+  RunOutcome out;
+  Measurement& m = out.measurement;
+  m.executor = executor_name;
+  m.partitions = K;
+  m.threads_per_worker = context.threads_per_worker;
+  m.steps = o.steps();
+  m.images_per_second = steady_images_per_second(completions, K, o.batch_size());
+  m.segment_images_per_second = static_cast<double>(o.steps() * o.batch_size()) / seconds;
+  m.final_loss = last_loss;
+  out.parameters = pipeline.parameters();
+  return out;
+}
+
+void check_options(const BenchOptions& o, int K) {
+  SP_CHECK_ARG(o.batch_size() >= 1, "--batch-size must be >= 1, got ", o.batch_size());
+  SP_CHECK_ARG(o.channels() >= 1 && o.channels() <= 64, "--channels must be 1..64, got ", o.channels());
+  SP_CHECK_ARG(o.warmup_steps() >= 0, "--warmup-steps must be >= 0, got ", o.warmup_steps());
+  SP_CHECK_ARG(o.threads() >= 0, "--threads must be >= 0, got ", o.threads());
+  SP_CHECK_ARG(o.balance() == "time" || o.balance() == "params" || o.balance() == "flops",
+               "--balance ", o.balance(), ": expected time, params or flops");
+  SP_CHECK_ARG(K >= 2, "bench measures a pipeline of 2 or more partitions: give --partitions >= 2 or a --pipeline with at least one register");
+  SP_CHECK_ARG(o.steps() >= 4 * K + 2 && o.steps() <= 100000, "--steps ", o.steps(),
+               ": a ", K, "-partition pipeline needs 4K+2 = ", 4 * K + 2,
+               " to 100000 measured steps (fill and drain are cut from the steady state)");
+}
+
+}  // namespace
+
+BenchRatios compute_ratios(const BenchRates& r) {
+  BenchRatios q;
+  q.pipeline_vs_one_thread = ratio(r.pipeline, r.one_thread);
+  q.pipeline_vs_all_threads = ratio(r.pipeline, r.all_threads);
+  q.pipeline_vs_bound = ratio(r.pipeline, r.bound);
+  q.emulated_vs_non_pipelined = ratio(r.emulated, r.non_pipelined_same_threads);
+  q.simulated_vs_measured = ratio(r.simulated, r.pipeline);
+  q.processes_vs_threads = ratio(r.processes, r.threads_train);
+  return q;
+}
+
+std::vector<TargetCheck> check_targets(const BenchRatios& q) {
+  auto target = [](const char* name, double value, double low, double high) {
+    TargetCheck t;
+    t.name = name;
+    t.value = value;
+    t.low = low;
+    t.high = high;
+    t.measured = value > 0;
+    return t;
+  };
+  return {
+      target("pipeline / non-pipelined 1 thread", q.pipeline_vs_one_thread, 1.8, kInf),
+      target("pipeline / profile bound", q.pipeline_vs_bound, 0.9, kInf),
+      target("pipeline / non-pipelined all threads", q.pipeline_vs_all_threads, 1.0, kInf),
+      target("emulated / non-pipelined same threads", q.emulated_vs_non_pipelined, 0.95, 1.05),
+      target("simulated / measured pipeline", q.simulated_vs_measured, 0.85, 1.15),
+      target("processes / threads executor (train)", q.processes_vs_threads, 0.9, kInf),
+  };
+}
+
+double pipeline_bound(const sim::PartitionCosts& costs, int64_t batch_size) {
+  SP_CHECK_ARG(batch_size >= 1, "pipeline bound: batch size must be >= 1, got ", batch_size);
+  SP_CHECK_ARG(!costs.forward_seconds.empty() &&
+                   costs.forward_seconds.size() == costs.backward_seconds.size(),
+               "pipeline bound: need one forward and one backward time per partition, got ",
+               costs.forward_seconds.size(), " and ", costs.backward_seconds.size());
+  double slowest = 0;
+  for (size_t k = 0; k < costs.forward_seconds.size(); ++k) {
+    slowest = std::max(slowest, costs.forward_seconds[k] + costs.backward_seconds[k]);
+  }
+  SP_CHECK_ARG(slowest > 0, "pipeline bound: every partition takes 0 s; the profile is empty");
+  return static_cast<double>(batch_size) / slowest;
+}
+
+double steady_images_per_second(const std::vector<double>& t, int partitions, int64_t batch_size) {
+  const int64_t n = static_cast<int64_t>(t.size());
+  const int64_t first = 2 * static_cast<int64_t>(partitions);
+  const int64_t last = n - 1 - first;
+  SP_CHECK_ARG(partitions >= 1 && n >= 4 * partitions + 2, "steady state of a ", partitions,
+               "-partition pipeline needs at least ", 4 * partitions + 2, " steps, got ", n);
+  const double span = t[last] - t[first];
+  SP_CHECK_ARG(span > 0, "steady state: completion times do not increase (", t[first], " .. ",
+               t[last], " s)");
+  return static_cast<double>(batch_size * (last - first)) / span;
+}
+
+BenchReport run_bench(const BenchOptions& o, const std::function<void(const std::string&)>& log) {
+  auto say = [&](const std::string& line) {
+    if (log) log(line);
+  };
+  BenchReport report;
+  report.options = o;
+  SP_CHECK_ARG(o.partitions() >= 1 && o.partitions() <= 64, "--partitions must be 1..64, got ",
+               o.partitions());
+  const std::vector<int> given_ppv = partition::parse_ppv(o.pipeline());
+  const int K = o.pipeline().empty() ? o.partitions() : static_cast<int>(given_ppv.size()) + 1;
+  check_options(o, K);
+  const int T = o.threads() > 0 ? o.threads()
+                                : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  const int per_worker = std::max(1, T / K);
+  report.partitions = K;
+  report.threads = T;
+  report.threads_per_worker = per_worker;
+
+  Setup setup{o, {}, {}};
+  setup.input.channels = o.channels();
+  // Cheap checks first: the model name and PPV, before any profile or data.
+  auto model = models::make_model(o.model(), setup.input);
+  if (!o.pipeline().empty()) partition::make_plan(model, given_ppv);
+
+  say(c10::str("profiling ", o.model(), " at batch ", o.batch_size(), " with ", per_worker,
+               " thread(s) per unit"));
+  partition::ProfileOptions p;
+  p.batch_size = o.batch_size();
+  p.threads = per_worker;
+  p.warmup = 1;
+  p.repeats = 3;
+  const auto profile = partition::profile_model(model, p);
+  std::vector<int> ppv = given_ppv;
+  if (o.pipeline().empty()) {
+    ppv = partition::balance(model, partition::unit_costs(model, o.balance(), &profile), K);
+  }
+  report.ppv = partition::format_ppv(ppv);
+  const auto plan = partition::make_plan(model, ppv);
+  const auto costs = sim::partition_costs(profile, plan);
+  for (int k = 0; k < K; ++k) {
+    report.partition_ms.push_back(1e3 * (costs.forward_seconds[k] + costs.backward_seconds[k]));
+  }
+  report.rates.bound = pipeline_bound(costs, o.batch_size());
+  sim::SimulateOptions so;
+  so.batch_size = o.batch_size();
+  report.rates.simulated =
+      sim::simulate(schedule::make_schedule(schedule::ScheduleKind::kStale, K, 0, o.steps()), costs, so)
+          .steady_images_per_second;
+
+  // Synthetic 28x28 samples padded and normalised as the trainer does with Fashion-MNIST.
+  const int64_t kBatches = 4;
+  const auto split = data::make_synthetic(data::SyntheticOptions()
+                                              .train_size(kBatches * o.batch_size())
+                                              .test_size(1)
+                                              .channels(o.channels())
+                                              .seed(o.seed()));
+  data::Loader loader(split.train, data::LoaderOptions()
+                                       .batch_size(o.batch_size())
+                                       .seed(o.seed())
+                                       .pad_to(32)
+                                       .normalization(data::compute_normalization(split.train)));
+  for (int64_t b = 0; b < kBatches; ++b) {
+    auto batch = loader.batch(0, b);
+    setup.batches.push_back({batch.x, batch.y});
+  }
+
+  auto record = [&](RunOutcome run, const std::string& key, const std::string& label) {
+    run.measurement.key = key;
+    run.measurement.label = label;
+    say(c10::str(label, ": ", static_cast<int64_t>(run.measurement.images_per_second), " images/s"));
+    report.measurements.push_back(run.measurement);
+    return run;
+  };
+  using schedule::ScheduleKind;
+  say(c10::str("measuring ", o.warmup_steps(), " warm-up + ", o.steps(), " steps per configuration"));
+  const auto one = record(measure(setup, {}, ScheduleKind::kSequential, "emulated", 1), "one_thread",
+                          "non-pipelined, 1 thread");
+  report.rates.one_thread = one.measurement.images_per_second;
+  if (T > 1) {
+    const auto all = record(measure(setup, {}, ScheduleKind::kSequential, "emulated", T),
+                            "all_threads", c10::str("non-pipelined, ", T, " threads"));
+    report.rates.all_threads = all.measurement.images_per_second;
+  } else {
+    report.rates.all_threads = report.rates.one_thread;
+  }
+  const auto piped = record(measure(setup, ppv, ScheduleKind::kStale, "threads", per_worker),
+                            "pipeline",
+                            c10::str("stale pipeline, threads executor, ", K, " x ", per_worker,
+                                     " thread(s)"));
+  report.rates.pipeline = piped.measurement.images_per_second;
+  const auto emulated = record(measure(setup, ppv, ScheduleKind::kStale, "emulated", per_worker),
+                               "emulated",
+                               c10::str("stale pipeline, emulated executor, ", per_worker,
+                                        " thread(s)"));
+  report.rates.emulated = emulated.measurement.images_per_second;
+  if (per_worker == 1) {
+    report.rates.non_pipelined_same_threads = report.rates.one_thread;
+  } else if (per_worker == T) {
+    report.rates.non_pipelined_same_threads = report.rates.all_threads;
+  } else {
+    const auto same = record(measure(setup, {}, ScheduleKind::kSequential, "emulated", per_worker),
+                             "same_threads", c10::str("non-pipelined, ", per_worker, " threads"));
+    report.rates.non_pipelined_same_threads = same.measurement.images_per_second;
+  }
+  at::set_num_threads(T);
+
+  report.executors_agree = piped.parameters.size() == emulated.parameters.size();
+  for (size_t i = 0; report.executors_agree && i < piped.parameters.size(); ++i) {
+    report.executors_agree = torch::equal(piped.parameters[i], emulated.parameters[i]);
+  }
+  finish_report(report);
+  return report;
+}
+
+void finish_report(BenchReport& report) {
+  report.ratios = compute_ratios(report.rates);
+  report.targets = check_targets(report.ratios);
+}
+
+std::string format_bench_report(const BenchReport& r) {
+  const auto& o = r.options;
+  std::string s = c10::str("bench ", o.model(), ": batch ", o.batch_size(), ", ", o.channels(),
+                           " channel(s), --pipeline ", r.ppv, " (", r.partitions, " partitions",
+                           o.pipeline().empty() ? c10::str(", balanced by ", o.balance()) : std::string(),
+                           "), ", r.threads, " cores, ", o.warmup_steps(), " warm-up + ", o.steps(),
+                           " measured steps\n");
+  s += "profile, forward+backward per partition (ms):";
+  for (double ms : r.partition_ms) s += c10::str(" ", std::round(ms * 10) / 10);
+  s += "\n\n";
+  char line[256];
+  std::snprintf(line, sizeof(line), "%-48s %10s %10s %10s\n", "configuration", "images/s",
+                "segment", "x 1 thread");
+  s += line;
+  for (const auto& m : r.measurements) {
+    std::snprintf(line, sizeof(line), "%-48s %10.1f %10.1f %10.2f\n", m.label.c_str(),
+                  m.images_per_second, m.segment_images_per_second,
+                  ratio(m.images_per_second, r.rates.one_thread));
+    s += line;
+  }
+  auto extra = [&](const char* label, double value) {
+    if (value <= 0) return;
+    std::snprintf(line, sizeof(line), "%-48s %10.1f %10s %10.2f\n", label, value, "",
+                  ratio(value, r.rates.one_thread));
+    s += line;
+  };
+  extra("profile bound for the pipeline (slowest part.)", r.rates.bound);
+  extra("simulator's prediction (stale, steady state)", r.rates.simulated);
+  extra("train --executor threads (K workers)", r.rates.threads_train);
+  extra("train --executor processes (K ranks)", r.rates.processes);
+  s += c10::str("\ncheck: pipeline and emulated weights ",
+                r.executors_agree ? "bit-identical" : "DIFFER (bug)", "\n\ntargets:\n");
+  for (const auto& t : r.targets) {
+    const std::string range = std::isinf(t.high) ? c10::str(">= ", t.low)
+                                                 : c10::str(t.low, " .. ", t.high);
+    std::snprintf(line, sizeof(line), "  %-42s %6.3f  (target %s)  %s\n", t.name.c_str(), t.value,
+                  range.c_str(), !t.measured ? "not measured" : t.pass() ? "pass" : "MISS");
+    s += line;
+  }
+  return s;
+}
+
+std::string to_json(const BenchReport& r) {
+  const auto& o = r.options;
+  nlohmann::json j;
+  j["model"] = o.model();
+  j["batch_size"] = o.batch_size();
+  j["channels"] = o.channels();
+  j["ppv"] = r.ppv;
+  j["pipeline_given"] = !o.pipeline().empty();
+  j["balance"] = o.balance();
+  j["partitions"] = r.partitions;
+  j["threads"] = r.threads;
+  j["threads_per_worker"] = r.threads_per_worker;
+  j["warmup_steps"] = o.warmup_steps();
+  j["steps"] = o.steps();
+  j["seed"] = o.seed();
+  j["partition_ms"] = r.partition_ms;
+  j["executors_agree"] = r.executors_agree;
+  j["rates"] = {{"one_thread", r.rates.one_thread},
+                {"all_threads", r.rates.all_threads},
+                {"pipeline", r.rates.pipeline},
+                {"emulated", r.rates.emulated},
+                {"non_pipelined_same_threads", r.rates.non_pipelined_same_threads},
+                {"bound", r.rates.bound},
+                {"simulated", r.rates.simulated},
+                {"processes", r.rates.processes},
+                {"threads_train", r.rates.threads_train}};
+  j["ratios"] = {{"pipeline_vs_one_thread", r.ratios.pipeline_vs_one_thread},
+                 {"pipeline_vs_all_threads", r.ratios.pipeline_vs_all_threads},
+                 {"pipeline_vs_bound", r.ratios.pipeline_vs_bound},
+                 {"emulated_vs_non_pipelined", r.ratios.emulated_vs_non_pipelined},
+                 {"simulated_vs_measured", r.ratios.simulated_vs_measured},
+                 {"processes_vs_threads", r.ratios.processes_vs_threads}};
+  auto& targets = j["targets"] = nlohmann::json::array();
+  for (const auto& t : r.targets) {
+    targets.push_back({{"name", t.name},
+                       {"value", t.value},
+                       {"low", t.low},
+                       {"high", std::isinf(t.high) ? nlohmann::json(nullptr) : nlohmann::json(t.high)},
+                       {"status", !t.measured ? "not measured" : t.pass() ? "pass" : "miss"}});
+  }
+  auto& ms = j["measurements"] = nlohmann::json::array();
+  for (const auto& m : r.measurements) {
+    ms.push_back({{"key", m.key},
+                  {"label", m.label},
+                  {"executor", m.executor},
+                  {"partitions", m.partitions},
+                  {"threads_per_worker", m.threads_per_worker},
+                  {"steps", m.steps},
+                  {"images_per_second", m.images_per_second},
+                  {"segment_images_per_second", m.segment_images_per_second},
+                  {"final_loss", m.final_loss}});
+  }
+  return j.dump(2) + "\n";
+}
+
+}  // namespace stalepipe::perf

@@ -1,0 +1,287 @@
+#include "stalepipe/perf/memory.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <memory>
+
+#include <ATen/Parallel.h>
+#include <c10/core/Allocator.h>
+#include <c10/util/ThreadLocalDebugInfo.h>
+#include <nlohmann/json.hpp>
+#include <torch/nn/modules/container/sequential.h>
+
+#include "stalepipe/common/error.h"
+#include "stalepipe/exec/stage.h"
+#include "stalepipe/models/zoo.h"
+#include "stalepipe/partition/plan.h"
+#include "stalepipe/partition/profile.h"
+#include "stalepipe/schedule/schedule.h"
+#include "stalepipe/sim/simulate.h"
+
+namespace stalepipe::perf {
+namespace {
+
+// Receives every CPU allocation and free of the thread it is installed on (c10's
+// ProfiledCPUMemoryReporter calls it while memoryProfilingEnabled() is true there).
+class AllocationCounter final : public c10::MemoryReportingInfoBase {
+ public:
+  void reportMemoryUsage(void* /*ptr*/, int64_t alloc_size, int64_t /*total_allocated*/,
+                         int64_t /*total_reserved*/, c10::Device device) override {
+    if (!device.is_cpu()) return;
+    live_ += alloc_size;
+    peak_ = std::max(peak_, live_);
+    ++events_;
+  }
+  bool memoryProfilingEnabled() const override { return true; }
+  int64_t peak() const { return peak_; }
+  int64_t events() const { return events_; }
+
+ private:
+  int64_t live_ = 0, peak_ = 0, events_ = 0;
+};
+
+constexpr double kMb = 1e6;
+
+models::InputShape input_shape(const MemoryOptions& o) {
+  models::InputShape input;
+  input.channels = o.channels;
+  return input;
+}
+
+// Shape of each partition's input for one sample (a no-grad forward of a 1-sample batch).
+std::vector<std::vector<int64_t>> partition_input_shapes(const MemoryOptions& o,
+                                                         const std::vector<int>& ppv) {
+  torch::manual_seed(o.seed);
+  auto model = models::make_model(o.model, input_shape(o));
+  const auto plan = partition::make_plan(model, ppv);
+  torch::NoGradGuard no_grad;
+  torch::Tensor x = torch::zeros({1, o.channels, 32, 32});
+  std::vector<std::vector<int64_t>> shapes;
+  for (const auto& [begin, end] : plan.unit_ranges) {
+    shapes.push_back(x.sizes().vec());
+    for (size_t u = begin; u < end; ++u) {
+      x = model.units[u].module.forward<torch::Tensor>(x);
+    }
+  }
+  shapes.push_back(x.sizes().vec());  // the model's output
+  return shapes;
+}
+
+std::vector<int64_t> with_batch(std::vector<int64_t> shape, int64_t batch) {
+  shape[0] = batch;
+  return shape;
+}
+
+}  // namespace
+
+MemoryTable predict_memory(const std::vector<int64_t>& activation_bytes,
+                           const std::vector<int64_t>& weight_bytes,
+                           const std::vector<int>& max_in_flight, bool momentum,
+                           int64_t batch_size) {
+  SP_CHECK_ARG(!activation_bytes.empty() && activation_bytes.size() == weight_bytes.size() &&
+                   activation_bytes.size() == max_in_flight.size(),
+               "memory prediction: need one activation size, weight size and in-flight count per "
+               "partition, got ", activation_bytes.size(), ", ", weight_bytes.size(), " and ",
+               max_in_flight.size());
+  SP_CHECK_ARG(batch_size >= 1, "memory prediction: batch size must be >= 1, got ", batch_size);
+  MemoryTable t;
+  t.batch_size = batch_size;
+  int64_t A = 0, W = 0, added_activations = 0, added_weights = 0;
+  for (size_t k = 0; k < activation_bytes.size(); ++k) {
+    SP_CHECK_ARG(activation_bytes[k] >= 0 && weight_bytes[k] >= 0 && max_in_flight[k] >= 1,
+                 "memory prediction, partition ", k + 1, ": expected sizes >= 0 and in-flight >= 1, got ",
+                 activation_bytes[k], ", ", weight_bytes[k], ", ", max_in_flight[k]);
+    PartitionMemory p;
+    p.max_in_flight = max_in_flight[k];
+    p.activation_bytes = activation_bytes[k];
+    p.weight_bytes = weight_bytes[k];
+    p.optimizer_bytes = weight_bytes[k] * (momentum ? 2 : 1);
+    p.predicted_bytes = p.max_in_flight * p.activation_bytes + p.weight_bytes + p.optimizer_bytes;
+    p.stash_bytes = (p.max_in_flight - 1) * p.weight_bytes;
+    t.partitions.push_back(p);
+    A += p.activation_bytes;
+    W += p.weight_bytes;
+    added_activations += (p.max_in_flight - 1) * p.activation_bytes;
+    added_weights += p.stash_bytes;
+  }
+  t.activation_mb_per_sample = static_cast<double>(A) / kMb / static_cast<double>(batch_size);
+  t.weight_mb = static_cast<double>(W) / kMb;
+  t.non_pipelined_bytes = W + A;
+  t.scheme_added_bytes = added_activations;
+  t.stash_added_bytes = added_activations + added_weights;
+  if (t.non_pipelined_bytes > 0) {
+    t.scheme_percent = 100.0 * static_cast<double>(t.scheme_added_bytes) / t.non_pipelined_bytes;
+    t.stash_percent = 100.0 * static_cast<double>(t.stash_added_bytes) / t.non_pipelined_bytes;
+  }
+  return t;
+}
+
+std::vector<int64_t> measure_partition_peaks(const MemoryOptions& o, const std::vector<int>& ppv) {
+  SP_CHECK_ARG(o.batch_size >= 1, "--batch-size must be >= 1, got ", o.batch_size);
+  SP_CHECK_ARG(o.channels >= 1 && o.channels <= 64, "--channels must be 1..64, got ", o.channels);
+  const auto shapes = partition_input_shapes(o, ppv);
+  const int K = static_cast<int>(ppv.size()) + 1;
+  // Long enough for every worker to reach its largest in-flight count and drain.
+  const auto schedule = schedule::make_schedule(
+      K == 1 ? schedule::ScheduleKind::kSequential : schedule::ScheduleKind::kStale, K, 0, 4 * K);
+  const int threads_before = at::get_num_threads();
+  at::set_num_threads(1);
+  std::vector<int64_t> peaks;
+  for (int k = 0; k < K; ++k) {
+    auto counter = std::make_shared<AllocationCounter>();
+    {
+      c10::DebugInfoGuard guard(c10::DebugInfoKind::PROFILER_STATE, counter);
+      torch::manual_seed(o.seed);
+      std::unique_ptr<exec::Stage> stage;
+      {
+        // Build inside the scope so the weights count; the other partitions' units are freed
+        // with the model at the end of this block.
+        auto model = models::make_model(o.model, input_shape(o));
+        const auto plan = partition::make_plan(model, ppv);
+        torch::nn::Sequential seq;
+        for (size_t u = plan.unit_ranges[k].first; u < plan.unit_ranges[k].second; ++u) {
+          seq->push_back(model.units[u].name, model.units[u].module);
+        }
+        stage = std::make_unique<exec::Stage>(k, K, seq, torch::kCPU,
+                                              optim::SgdOptions().momentum(0.9).weight_decay(5e-4));
+      }
+      const auto in_shape = with_batch(shapes[k], o.batch_size);
+      const auto out_shape = with_batch(shapes[k + 1], o.batch_size);
+      for (const auto& op : schedule.worker_ops[k]) {
+        switch (op.kind) {
+          case schedule::OpKind::kForward: {
+            const torch::Tensor x = torch::randn(in_shape);  // the message from worker k-1
+            if (stage->is_last()) {
+              stage->forward_loss(op.step, x, torch::randint(0, 10, {o.batch_size}, torch::kLong));
+            } else {
+              stage->forward(op.step, x);
+            }
+            break;
+          }
+          case schedule::OpKind::kBackward:
+            stage->backward(op.step, stage->is_last() ? torch::Tensor() : torch::randn(out_shape));
+            break;
+          case schedule::OpKind::kUpdate:
+            stage->update(0.01);
+            break;
+        }
+      }
+    }
+    SP_CHECK(counter->events() > 0,
+             "memory: LibTorch's CPU allocator reported no allocation to the memory hook; "
+             "this build cannot measure memory this way");
+    peaks.push_back(counter->peak());
+  }
+  at::set_num_threads(threads_before);
+  return peaks;
+}
+
+MemoryReport memory_report(const MemoryOptions& o) {
+  MemoryReport r;
+  r.options = o;
+  const auto ppv = partition::parse_ppv(o.pipeline);
+  SP_CHECK_ARG(!ppv.empty(), "--pipeline: the memory table compares a pipeline with non-pipelined "
+               "training; give at least one register, e.g. --pipeline 2");
+  SP_CHECK_ARG(o.batch_size >= 1, "--batch-size must be >= 1, got ", o.batch_size);
+  SP_CHECK_ARG(o.channels >= 1 && o.channels <= 64, "--channels must be 1..64, got ", o.channels);
+  torch::manual_seed(o.seed);
+  auto model = models::make_model(o.model, input_shape(o));
+  const auto plan = partition::make_plan(model, ppv);
+  const int K = plan.num_partitions();
+
+  // Only the kept bytes are needed: one unmeasured-time run per unit.
+  partition::ProfileOptions p;
+  p.batch_size = o.batch_size;
+  p.threads = 1;
+  p.warmup = 0;
+  p.repeats = 1;
+  const auto costs = sim::partition_costs(partition::profile_model(model, p), plan);
+  const auto stats = schedule::analyze(schedule::make_schedule(schedule::ScheduleKind::kStale, K, 0, 4 * K + 4));
+  std::vector<int> in_flight;
+  for (const auto& w : stats.workers) in_flight.push_back(w.max_in_flight);
+  r.predicted = predict_memory(costs.activation_bytes, costs.parameter_bytes, in_flight,
+                               /*momentum=*/true, o.batch_size);
+
+  const auto peaks = measure_partition_peaks(o, ppv);
+  int64_t sum = 0;
+  for (int k = 0; k < K; ++k) {
+    r.predicted.partitions[k].measured_peak_bytes = peaks[k];
+    sum += peaks[k];
+  }
+  r.measured_non_pipelined_bytes = measure_partition_peaks(o, {})[0];
+  r.measured_scheme_added_bytes = sum - r.measured_non_pipelined_bytes;
+  // Same base as the computed column (weights + activations): the gradient and momentum
+  // buffers, present in both runs alike, are taken out of the measured non-pipelined peak.
+  int64_t optimizer = 0;
+  for (const auto& part : r.predicted.partitions) optimizer += part.optimizer_bytes;
+  const int64_t base = r.measured_non_pipelined_bytes - optimizer;
+  if (base > 0) {
+    r.measured_scheme_percent = 100.0 * static_cast<double>(r.measured_scheme_added_bytes) / base;
+  }
+  return r;
+}
+
+std::string format_memory_report(const MemoryReport& r) {
+  const auto& t = r.predicted;
+  auto mb = [](int64_t bytes) { return static_cast<double>(bytes) / kMb; };
+  std::string s = c10::str("memory ", r.options.model, ": --pipeline ", r.options.pipeline, ", batch ",
+                           t.batch_size, ", ", r.options.channels, " channel(s); MB = 1e6 bytes\n");
+  char line[256];
+  std::snprintf(line, sizeof(line), "%-10s %9s %12s %10s %12s %12s %9s %12s\n", "partition",
+                "in flight", "act/batch", "weights", "predicted", "measured", "meas/pred",
+                "+stashing");
+  s += line;
+  for (size_t k = 0; k < t.partitions.size(); ++k) {
+    const auto& p = t.partitions[k];
+    std::snprintf(line, sizeof(line), "%-10zu %9d %12.2f %10.3f %12.2f %12.2f %9.2f %12.3f\n", k + 1,
+                  p.max_in_flight, mb(p.activation_bytes), mb(p.weight_bytes), mb(p.predicted_bytes),
+                  mb(p.measured_peak_bytes),
+                  p.predicted_bytes > 0 ? static_cast<double>(p.measured_peak_bytes) / p.predicted_bytes : 0,
+                  mb(p.stash_bytes));
+    s += line;
+  }
+  s += c10::str("\nTable 9 (4-stage increase over non-pipelined = weights + one mini-batch's activations):\n");
+  char summary[768];
+  std::snprintf(summary, sizeof(summary),
+                "  activations/sample %.3f MB, weights %.3f MB, non-pipelined %.2f MB\n"
+                "  this scheme +%.0f%% (computed), +%.0f%% (measured: non-pipelined peak %.2f MB, partition\n"
+                "  peaks add %.2f MB; %% of the peak less gradient and momentum)\n"
+                "  with weight stashing (PipeDream) +%.0f%% (computed)\n",
+                t.activation_mb_per_sample, t.weight_mb, mb(t.non_pipelined_bytes), t.scheme_percent,
+                r.measured_scheme_percent, mb(r.measured_non_pipelined_bytes),
+                mb(r.measured_scheme_added_bytes), t.stash_percent);
+  s += summary;
+  return s;
+}
+
+std::string to_json(const MemoryReport& r) {
+  const auto& t = r.predicted;
+  nlohmann::json j;
+  j["model"] = r.options.model;
+  j["ppv"] = r.options.pipeline;
+  j["batch_size"] = t.batch_size;
+  j["channels"] = r.options.channels;
+  j["activation_mb_per_sample"] = t.activation_mb_per_sample;
+  j["weight_mb"] = t.weight_mb;
+  j["non_pipelined_bytes"] = t.non_pipelined_bytes;
+  j["scheme_added_bytes"] = t.scheme_added_bytes;
+  j["stash_added_bytes"] = t.stash_added_bytes;
+  j["scheme_percent"] = t.scheme_percent;
+  j["stash_percent"] = t.stash_percent;
+  j["measured_non_pipelined_bytes"] = r.measured_non_pipelined_bytes;
+  j["measured_scheme_added_bytes"] = r.measured_scheme_added_bytes;
+  j["measured_scheme_percent"] = r.measured_scheme_percent;
+  auto& parts = j["partitions"] = nlohmann::json::array();
+  for (const auto& p : t.partitions) {
+    parts.push_back({{"max_in_flight", p.max_in_flight},
+                     {"activation_bytes", p.activation_bytes},
+                     {"weight_bytes", p.weight_bytes},
+                     {"optimizer_bytes", p.optimizer_bytes},
+                     {"predicted_bytes", p.predicted_bytes},
+                     {"measured_peak_bytes", p.measured_peak_bytes},
+                     {"stash_bytes", p.stash_bytes}});
+  }
+  return j.dump(2) + "\n";
+}
+
+}  // namespace stalepipe::perf

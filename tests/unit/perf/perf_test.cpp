@@ -1,0 +1,140 @@
+// The bench's arithmetic (bound, steady rate, ratios, targets) on given numbers, and the memory
+// prediction on hand-computed partitions plus one small real measurement.
+#include <cmath>
+#include <map>
+
+#include <gtest/gtest.h>
+
+#include "stalepipe/common/error.h"
+#include "stalepipe/perf/bench.h"
+#include "stalepipe/perf/memory.h"
+#include "stalepipe/sim/simulate.h"
+
+namespace stalepipe::perf {
+namespace {
+
+sim::PartitionCosts costs(std::vector<double> f, std::vector<double> b) {
+  sim::PartitionCosts c;
+  c.forward_seconds = std::move(f);
+  c.backward_seconds = std::move(b);
+  return c;
+}
+
+TEST(Bench, BoundIsThePaceOfTheSlowestPartition) {
+  // Partition 2 takes 0.1 + 0.3 = 0.4 s per mini-batch of 128: 320 images/s.
+  EXPECT_DOUBLE_EQ(pipeline_bound(costs({0.1, 0.1}, {0.2, 0.3}), 128), 320.0);
+  EXPECT_DOUBLE_EQ(pipeline_bound(costs({0.5}, {1.5}), 10), 5.0);
+  EXPECT_THROW(pipeline_bound(costs({}, {}), 128), UsageError);
+  EXPECT_THROW(pipeline_bound(costs({0.1, 0.1}, {0.2}), 128), UsageError);
+  EXPECT_THROW(pipeline_bound(costs({0, 0}, {0, 0}), 128), UsageError);
+  EXPECT_THROW(pipeline_bound(costs({0.1}, {0.1}), 0), UsageError);
+}
+
+TEST(Bench, SteadyRateSkipsFillAndDrain) {
+  // K = 2: completions 0..3 (fill) and 16..19 (drain) are ignored. Between completion 4 and 15
+  // there are 11 intervals of 0.5 s: 11 x 128 / 5.5 = 256 images/s, whatever the fill did.
+  std::vector<double> t;
+  for (int i = 0; i < 20; ++i) t.push_back(100.0 + 0.5 * i);
+  t[0] = 90.0;
+  t[1] = 99.0;
+  t[19] = 200.0;
+  EXPECT_DOUBLE_EQ(steady_images_per_second(t, 2, 128), 256.0);
+  t.resize(9);  // fewer than 4K + 2 = 10
+  EXPECT_THROW(steady_images_per_second(t, 2, 128), UsageError);
+  EXPECT_THROW(steady_images_per_second(std::vector<double>(10, 1.0), 2, 128), UsageError);
+}
+
+BenchRates good_rates() {
+  BenchRates r;
+  r.one_thread = 50;
+  r.all_threads = 90;
+  r.pipeline = 95;
+  r.emulated = 49;
+  r.non_pipelined_same_threads = 50;
+  r.bound = 100;
+  r.simulated = 98;
+  r.processes = 90;
+  r.threads_train = 95;
+  return r;
+}
+
+TEST(Bench, RatiosOfGivenRates) {
+  const auto q = compute_ratios(good_rates());
+  EXPECT_DOUBLE_EQ(q.pipeline_vs_one_thread, 1.9);
+  EXPECT_DOUBLE_EQ(q.pipeline_vs_all_threads, 95.0 / 90.0);
+  EXPECT_DOUBLE_EQ(q.pipeline_vs_bound, 0.95);
+  EXPECT_DOUBLE_EQ(q.emulated_vs_non_pipelined, 0.98);
+  EXPECT_DOUBLE_EQ(q.simulated_vs_measured, 98.0 / 95.0);
+  EXPECT_DOUBLE_EQ(q.processes_vs_threads, 90.0 / 95.0);
+  for (const auto& t : check_targets(q)) EXPECT_TRUE(t.pass()) << t.name << " " << t.value;
+}
+
+TEST(Bench, TargetsMissAndNotMeasured) {
+  auto r = good_rates();
+  r.pipeline = 80;    // 1.6 x one thread, 0.8 of the bound, below all threads
+  r.emulated = 44;    // 12% slower than non-pipelined
+  r.simulated = 100;  // 25% above the measured 80
+  r.processes = 0;    // not measured
+  std::map<std::string, TargetCheck> by_name;
+  for (const auto& t : check_targets(compute_ratios(r))) by_name[t.name] = t;
+  ASSERT_EQ(by_name.size(), 6u);
+  EXPECT_FALSE(by_name["pipeline / non-pipelined 1 thread"].pass());
+  EXPECT_FALSE(by_name["pipeline / profile bound"].pass());
+  EXPECT_FALSE(by_name["pipeline / non-pipelined all threads"].pass());
+  EXPECT_FALSE(by_name["emulated / non-pipelined same threads"].pass());
+  EXPECT_FALSE(by_name["simulated / measured pipeline"].pass());
+  const auto& processes = by_name["processes / threads executor (train)"];
+  EXPECT_FALSE(processes.measured);
+  EXPECT_FALSE(processes.pass());
+  EXPECT_DOUBLE_EQ(processes.value, 0.0);
+  // Two-sided: 6% faster than non-pipelined also misses.
+  r.emulated = 53;
+  for (const auto& t : check_targets(compute_ratios(r))) {
+    if (t.name == "emulated / non-pipelined same threads") EXPECT_FALSE(t.pass()) << t.value;
+  }
+}
+
+TEST(Memory, PredictionByHand) {
+  // Two partitions, batch 10: A = 1000 and 300 bytes per mini-batch, W = 50 and 20 bytes,
+  // in flight 2 and 1 (the stale K = 2 schedule), momentum on (gradient + momentum = 2W).
+  const auto t = predict_memory({1000, 300}, {50, 20}, {2, 1}, true, 10);
+  ASSERT_EQ(t.partitions.size(), 2u);
+  EXPECT_EQ(t.partitions[0].predicted_bytes, 2 * 1000 + 50 + 100);
+  EXPECT_EQ(t.partitions[0].optimizer_bytes, 100);
+  EXPECT_EQ(t.partitions[0].stash_bytes, 50);
+  EXPECT_EQ(t.partitions[1].predicted_bytes, 300 + 20 + 40);
+  EXPECT_EQ(t.partitions[1].stash_bytes, 0);
+  EXPECT_EQ(t.non_pipelined_bytes, 1370);  // W + A = 70 + 1300
+  EXPECT_EQ(t.scheme_added_bytes, 1000);
+  EXPECT_EQ(t.stash_added_bytes, 1050);
+  EXPECT_DOUBLE_EQ(t.scheme_percent, 100.0 * 1000 / 1370);
+  EXPECT_DOUBLE_EQ(t.stash_percent, 100.0 * 1050 / 1370);
+  EXPECT_DOUBLE_EQ(t.activation_mb_per_sample, 1300 / 1e6 / 10);
+  EXPECT_DOUBLE_EQ(t.weight_mb, 70 / 1e6);
+  // Without momentum the optimizer keeps only the gradient.
+  EXPECT_EQ(predict_memory({1000}, {50}, {1}, false, 10).partitions[0].predicted_bytes, 1100);
+  EXPECT_THROW(predict_memory({1000, 300}, {50}, {2, 1}, true, 10), UsageError);
+  EXPECT_THROW(predict_memory({1000}, {50}, {0}, true, 10), UsageError);
+  EXPECT_THROW(predict_memory({1000}, {50}, {1}, true, 0), UsageError);
+}
+
+TEST(Memory, MeasuredPeaksHoldWeightsStateAndInFlightInputs) {
+  // LeNet-5 cut after conv2, batch 8. Partition 1 (conv1, conv2: 2,572 parameters) holds two
+  // mini-batches in flight, so at least weights + gradient + momentum and two 8x1x32x32 float
+  // inputs; partition 2 (fc1..fc3: 59,134 parameters) at least its weights three times.
+  MemoryOptions o;
+  o.model = "lenet5";
+  o.batch_size = 8;
+  const auto peaks = measure_partition_peaks(o, {2});
+  ASSERT_EQ(peaks.size(), 2u);
+  EXPECT_GE(peaks[0], 3 * 2572 * 4 + 2 * 8 * 32 * 32 * 4);
+  EXPECT_GE(peaks[1], 3 * 59134 * 4);
+  // The whole model as one partition holds one mini-batch: less than the two parts together.
+  const auto whole = measure_partition_peaks(o, {});
+  ASSERT_EQ(whole.size(), 1u);
+  EXPECT_LT(whole[0], peaks[0] + peaks[1]);
+  EXPECT_GE(whole[0], 3 * (2572 + 59134) * 4);
+}
+
+}  // namespace
+}  // namespace stalepipe::perf
