@@ -145,6 +145,7 @@ std::vector<int64_t> measure_partition_peaks(const MemoryOptions& o, const std::
         stage = std::make_unique<exec::Stage>(k, K, seq, torch::kCPU,
                                               optim::SgdOptions().momentum(0.9).weight_decay(5e-4));
       }
+      stage->begin_segment(schedule, [](int64_t) { return 0.01; });
       const auto in_shape = with_batch(shapes[k], o.batch_size);
       const auto out_shape = with_batch(shapes[k + 1], o.batch_size);
       for (const auto& op : schedule.worker_ops[k]) {
@@ -162,7 +163,7 @@ std::vector<int64_t> measure_partition_peaks(const MemoryOptions& o, const std::
             stage->backward(op.step, stage->is_last() ? torch::Tensor() : torch::randn(out_shape));
             break;
           case schedule::OpKind::kUpdate:
-            stage->update(0.01);
+            stage->update(op.step, 0.01);
             break;
         }
       }
