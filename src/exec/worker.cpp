@@ -57,6 +57,7 @@ void WorkerLoop::forward(int64_t step) {
     } else {
       Input batch = context_.input(step);
       in.step = step;
+      in.stop = !batch.x.defined();  // the input ran out: as if stopped before this step
       in.tensor = std::move(batch.x);
       in.labels = std::move(batch.labels);
     }
