@@ -18,6 +18,7 @@
 #include "options_json.h"
 #include "resolve_pipeline.h"
 #include "common/json_file_impl.h"
+#include "stalepipe/api/pipeline_trainer.h"
 #include "stalepipe/common/error.h"
 #include "stalepipe/common/files.h"
 #include "stalepipe/data/loader.h"
@@ -99,10 +100,10 @@ struct Run {
   std::unique_ptr<data::Loader> train_loader, test_loader;
   models::Model model;
   partition::Plan plan;
-  std::unique_ptr<exec::Pipeline> pipeline;
-  std::unique_ptr<exec::Executor> executor;
+  std::unique_ptr<PipelineTrainer> api;  // the public pipeline API; pipeline and executor are its
+  exec::Pipeline* pipeline = nullptr;
+  exec::Executor* executor = nullptr;
   std::unique_ptr<LrSchedule> lr;
-  schedule::ScheduleKind kind = schedule::ScheduleKind::kStale;
   int64_t steps_per_epoch = 0, total_steps = 0, switch_step = -1, epochs = 0;
   int threads = 1;
   std::vector<int> threads_per_worker;
@@ -134,10 +135,6 @@ void check_options(const TrainOptions& o) {
                "--hybrid-switch needs --schedule hybrid");
   SP_CHECK_ARG(o.schedule() != "hybrid" || !o.hybrid_switch().empty(),
                "--schedule hybrid needs --hybrid-switch (epochs, or steps with an s suffix)");
-}
-
-std::string unit_range_name(const models::Model& model, size_t begin, size_t end) {
-  return c10::str(model.units[begin].name, "..", model.units[end - 1].name);
 }
 
 // group: where this process sits when the run uses --executor processes; null to run every
@@ -187,8 +184,6 @@ void build(Run& run, const exec::ProcessGroupOptions* group = nullptr) {
   run.total_steps = o.epochs() * run.steps_per_epoch;
   if (o.max_steps() > 0) run.total_steps = std::min(run.total_steps, o.max_steps());
   run.epochs = (run.total_steps + run.steps_per_epoch - 1) / run.steps_per_epoch;
-  run.kind = o.schedule() == "sequential" ? schedule::ScheduleKind::kSequential
-                                          : schedule::ScheduleKind::kStale;
   run.switch_step = parse_switch_step(o.hybrid_switch(), run.steps_per_epoch);
   SP_CHECK_ARG(run.switch_step <= run.total_steps, "--hybrid-switch ", o.hybrid_switch(),
                ": training ends after ", run.total_steps, " steps (", run.epochs,
@@ -207,33 +202,35 @@ void build(Run& run, const exec::ProcessGroupOptions* group = nullptr) {
   const auto devices = parse_devices(o.devices(), K);
   run.threads = o.threads() > 0 ? o.threads()
                                 : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
-  const int per_worker = o.threads_per_worker() > 0 ? o.threads_per_worker()
-                                                    : std::max(1, run.threads / K);
-  run.threads_per_worker.assign(K, per_worker);
-
-  auto sgd = optim::SgdOptions().momentum(o.momentum()).weight_decay(o.weight_decay()).nesterov(o.nesterov());
-  run.pipeline = std::make_unique<exec::Pipeline>(run.model, run.plan, devices, sgd);
-  for (const auto& [begin, end] : run.plan.unit_ranges) {
-    run.report.units.push_back(unit_range_name(run.model, begin, end));
-  }
+  const LrSchedule* lr_schedule = run.lr.get();
+  auto api_options = PipelineOptions()
+                         .ppv(run.plan.ppv)
+                         .schedule(o.schedule())
+                         .hybrid_switch_step(run.switch_step)
+                         .executor(processes ? "emulated" : o.executor())
+                         .devices(devices)
+                         .threads(run.threads)
+                         .threads_per_worker(o.threads_per_worker())
+                         .lr(o.lr())
+                         .lr_at([lr_schedule](int64_t t) { return lr_schedule->at(t); })
+                         .momentum(o.momentum())
+                         .weight_decay(o.weight_decay())
+                         .nesterov(o.nesterov());
+  run.api = std::make_unique<PipelineTrainer>(run.model, api_options);
+  run.pipeline = &run.api->pipeline();
   if (processes && group) {
     // Rendezvous last: every cheap check has passed on this rank.
     run.group = std::make_shared<exec::ProcessGroup>(where, config_hash(o));
-    run.executor = exec::make_processes_executor(run.group);
-  } else {
-    run.executor = exec::make_executor(processes ? "emulated" : o.executor());
+    run.api->use_executor(exec::make_processes_executor(run.group));
   }
-
-  // Staleness and memory as the schedule implies them, from a segment long enough to reach
-  // the steady state.
-  const auto probe = schedule::make_schedule(run.kind, K, 0, 4 * K + 4);
-  const auto stats = schedule::analyze(probe);
-  for (const auto& w : stats.workers) {
-    run.report.staleness.push_back(w.staleness);
-    run.report.max_in_flight.push_back(w.max_in_flight);
-  }
-  run.report.parameters = run.plan.parameters;
-  run.report.stale_weight_percent = partition::stale_weight_percent(run.plan, run.report.staleness);
+  run.executor = &run.api->executor();
+  const PipelineInfo& info = run.api->info();
+  run.threads_per_worker = info.threads_per_worker;
+  run.report.units = info.units;
+  run.report.staleness = info.staleness;
+  run.report.max_in_flight = info.max_in_flight;
+  run.report.parameters = info.parameters;
+  run.report.stale_weight_percent = info.stale_weight_percent;
 }
 
 // --executor processes: gives every rank the last rank's values of `values` (doubles).
@@ -445,12 +442,6 @@ TrainResult run_training(Run& run, const CheckpointInfo* from, const TrainHooks&
       if (o.checkpoint_every() > 0) {
         segment_end = std::min(segment_end, (step / o.checkpoint_every() + 1) * o.checkpoint_every());
       }
-      const bool sequential = run.kind == schedule::ScheduleKind::kSequential ||
-                              (run.switch_step >= 0 && step >= run.switch_step);
-      const auto schedule = schedule::make_schedule(
-          sequential ? schedule::ScheduleKind::kSequential : schedule::ScheduleKind::kStale, K,
-          step, segment_end);
-
       std::optional<data::Prefetcher> prefetch;  // only the rank that feeds partition 1 reads
       if (run.feeds_data()) {
         prefetch.emplace(*run.train_loader, epoch, step - epoch_begin, segment_end - epoch_begin);
@@ -475,7 +466,7 @@ TrainResult run_training(Run& run, const CheckpointInfo* from, const TrainHooks&
       context.threads_per_worker = run.threads_per_worker;
       if (!o.trace().empty()) context.on_op = trace.callback();
 
-      const auto segment = run.executor->run(schedule, run.pipeline->stages(), context);
+      const auto segment = run.api->run_segment(step, segment_end, context);
       const double seconds = seconds_since(segment_start);
       epoch_seconds += seconds;
       wall += seconds;
