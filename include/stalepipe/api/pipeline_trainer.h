@@ -126,6 +126,7 @@ class PipelineTrainer {
   template <typename Loader>
   EvalResult evaluate(Loader& loader);
   // Output of the whole model for x [B, C, H, W] (eval mode, no graph), on the last device.
+  // Throws UsageError with mini-batches in flight.
   torch::Tensor predict(const torch::Tensor& x);
 
   // --- Persistence ----------------------------------------------------------------------

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include <torch/data/datasets/base.h>
+#include <torch/data/datasets/map.h>
 #include <torch/data/example.h>
 
 #include "stalepipe/data/loader.h"

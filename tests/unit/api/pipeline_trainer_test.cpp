@@ -1,7 +1,10 @@
 // The public API: a user's module list pipelined with PipelineTrainer equals the CLI's run of
 // the zoo model; the step interface equals a segment run; misuse gives clear errors.
 #include <gtest/gtest.h>
+#include <torch/data/dataloader.h>
 #include <torch/data/example.h>
+#include <torch/data/samplers/sequential.h>
+#include <torch/data/transforms/stack.h>
 #include <torch/nn/modules/activation.h>
 #include <torch/nn/modules/conv.h>
 #include <torch/nn/modules/linear.h>
@@ -82,6 +85,38 @@ TEST(PipelineTrainer, UserModuleListEqualsCliRunOfZooModel) {
   }
   EXPECT_EQ(losses, epochs * loader.batches_per_epoch());
   expect_same(trainer.parameters(), expected);
+}
+
+TEST(PipelineTrainer, FitOverATorchDataLoaderEqualsFitOverTheSameBatches) {
+  const auto split = data::load_dataset("synthetic:100");
+  const auto norm = data::compute_normalization(split.train);
+  const data::Loader loader(split.train, data::LoaderOptions().batch_size(16).shuffle(false).pad_to(32).normalization(norm));
+  data::TorchDataset dataset(split.train, norm, 32);
+  ASSERT_EQ(dataset.size().value(), 100u);
+  const auto b1 = loader.batch(0, 1);
+  EXPECT_TRUE(torch::equal(dataset.get(17).data, b1.x[1]));
+  EXPECT_EQ(dataset.get(17).target.item<int64_t>(), b1.y[1].item<int64_t>());
+
+  std::vector<torch::data::Example<>> batches;
+  for (int64_t i = 0; i < loader.batches_per_epoch(); ++i) {
+    const auto b = loader.batch(0, i);
+    batches.push_back({b.x, b.y});
+  }
+  const auto options = PipelineOptions().ppv({2}).threads_per_worker(1);
+  PipelineTrainer reference(user_lenet5(9), options);
+  reference.fit(batches, 2);
+  auto torch_loader = torch::data::make_data_loader<torch::data::samplers::SequentialSampler>(
+      std::move(dataset).map(torch::data::transforms::Stack<>()), 16);
+  PipelineTrainer trainer(user_lenet5(9), options);
+  const auto epochs = trainer.fit(*torch_loader, 2);
+  ASSERT_EQ(epochs.size(), 2u);
+  EXPECT_EQ(epochs[1].epoch, 2);
+  EXPECT_EQ(epochs[1].end_step, 2 * loader.batches_per_epoch());
+  EXPECT_EQ(epochs[1].samples, 100);
+  expect_same(trainer.parameters(), reference.parameters());
+  const auto eval = trainer.evaluate(*torch_loader);
+  EXPECT_EQ(eval.samples, 100);
+  EXPECT_EQ(eval.accuracy, reference.evaluate(batches).accuracy);
 }
 
 std::vector<exec::Input> synthetic_batches(int n) {
@@ -221,9 +256,9 @@ TEST(PipelineTrainer, MisuseGivesClearErrors) {
 }
 
 TEST(PipelineTrainer, WorkerFailureReachesFeedWithoutHanging) {
-  auto failing = [](const torch::Tensor& out, const torch::Tensor& y) {
-    static int calls = 0;
-    if (++calls == 4) throw std::runtime_error("loss exploded");
+  auto calls = std::make_shared<int>(0);  // the last worker alone calls the loss
+  auto failing = [calls](const torch::Tensor& out, const torch::Tensor& y) {
+    if (++*calls == 4) throw std::runtime_error("loss exploded");
     return exec::cross_entropy_loss(out, y);
   };
   PipelineTrainer trainer(user_lenet5(2),
