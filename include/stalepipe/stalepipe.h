@@ -8,6 +8,7 @@
 //   data::load_dataset     Fashion-MNIST, MNIST, CIFAR-10, synthetic (data/registry.h)
 #pragma once
 
+// The release (CMakeLists.txt project(VERSION) checks that they agree).
 #define STALEPIPE_VERSION_MAJOR 0
 #define STALEPIPE_VERSION_MINOR 2
 #define STALEPIPE_VERSION_PATCH 0
