@@ -83,6 +83,7 @@ SegmentResult ThreadsExecutor::run(const schedule::Schedule& schedule,
         }
       }
       links.close_all();
+      if (context.on_abort) context.on_abort();
     }
   };
   std::vector<std::thread> threads;

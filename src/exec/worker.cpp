@@ -65,6 +65,10 @@ Message WorkerLoop::next_input(int64_t step, int micro) {
       return in;
     }
     Input batch = context_.input(step);
+    if (!batch.x.defined()) {  // the input ran out: as if stopped before this step
+      in.stop = true;
+      return in;
+    }
     batch_samples_ = batch.x.size(0);
     const int M = schedule_.micro_batches;
     SP_CHECK(batch_samples_ >= M, "mini-batch ", step, " has ", batch_samples_,

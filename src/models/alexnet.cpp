@@ -6,9 +6,7 @@ namespace stalepipe::models::detail {
 // Layer shapes are documented in zoo.h; 4096-wide fc layers keep the paper's weight size
 // (table 9: 88.87 MB) while the convs stay cheap on 32x32 inputs.
 Model make_alexnet(const InputShape& input) {
-  Model model;
-  model.name = "alexnet";
-  model.input = input;
+  ModelBuilder model("alexnet", input);
   auto spatial = [&](int64_t size) {
     size = shrink(model, shrink(model, size, 5, 2, 2), 2, 2, 0);  // conv1, pool
     size = shrink(model, size, 2, 2, 0);                          // conv2 keeps size; pool
@@ -26,7 +24,7 @@ Model make_alexnet(const InputShape& input) {
   append_unit(model, "fc2", LinearBlock(LinearBlockOptions(4096, 4096)), 1);
   append_unit(model, "fc3",
               LinearBlock(LinearBlockOptions(4096, input.num_classes).relu(false)), 1);
-  return model;
+  return model.build();
 }
 
 }  // namespace stalepipe::models::detail

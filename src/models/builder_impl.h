@@ -5,29 +5,23 @@
 
 #include "stalepipe/common/error.h"
 #include "stalepipe/models/model.h"
+#include "stalepipe/models/model_builder.h"
 
 namespace stalepipe::models::detail {
 
-// Appends a unit holding the next `num_weight_layers` weight layers (numbered on from the
-// model's current last one).
+// Appends a unit holding the next `num_weight_layers` weight layers, through the public
+// ModelBuilder that users call too.
 template <typename ModuleHolder>
-void append_unit(Model& model, std::string name, ModuleHolder module, int num_weight_layers) {
-  Unit unit;
-  unit.name = std::move(name);
-  unit.module = torch::nn::AnyModule(std::move(module));
-  const int first = model.num_weight_layers() + 1;
-  for (int i = 0; i < num_weight_layers; ++i) {
-    unit.weight_layers.push_back(first + i);
-  }
-  model.units.push_back(std::move(unit));
+void append_unit(ModelBuilder& model, std::string name, ModuleHolder module, int num_weight_layers) {
+  model.add(std::move(name), std::move(module), UnitOptions().weight_layers(num_weight_layers));
 }
 
 // Spatial size after a conv or pool; throws UsageError when the input is too small for it,
 // so a wrong InputShape fails at build time instead of deep inside a forward pass.
-inline int64_t shrink(const Model& model, int64_t size, int64_t kernel, int64_t stride,
+inline int64_t shrink(const ModelBuilder& model, int64_t size, int64_t kernel, int64_t stride,
                       int64_t padding) {
-  SP_CHECK_ARG(size + 2 * padding >= kernel, "model ", model.name, ": input ",
-               model.input.height, "x", model.input.width,
+  SP_CHECK_ARG(size + 2 * padding >= kernel, "model ", model.name(), ": input ",
+               model.input().height, "x", model.input().width,
                " is too small (a feature map shrinks below the ", kernel, "x", kernel,
                " kernel); the zoo's networks expect 32x32");
   return (size + 2 * padding - kernel) / stride + 1;

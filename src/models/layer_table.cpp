@@ -5,6 +5,7 @@
 
 #include "stalepipe/common/error.h"
 #include "stalepipe/models/blocks.h"
+#include "stalepipe/models/model_builder.h"
 
 namespace stalepipe::models {
 namespace {
@@ -25,6 +26,9 @@ double module_flops(torch::nn::Module& module, const torch::Tensor& input,
   }
   if (const auto* linear = module.as<torch::nn::Linear>()) {
     return linear_flops(*linear);
+  }
+  if (auto* unit = module.as<SequentialUnit>()) {
+    return module_flops(*unit->sequential(), input, unit_name);
   }
   if (auto* sequential = module.as<torch::nn::Sequential>()) {
     double flops = 0.0;

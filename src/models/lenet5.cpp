@@ -4,9 +4,7 @@
 namespace stalepipe::models::detail {
 
 Model make_lenet5(const InputShape& input) {
-  Model model;
-  model.name = "lenet5";
-  model.input = input;
+  ModelBuilder model("lenet5", input);
   int64_t h = input.height;
   int64_t w = input.width;
   for (int i = 0; i < 2; ++i) {
@@ -19,7 +17,7 @@ Model make_lenet5(const InputShape& input) {
   append_unit(model, "fc2", LinearBlock(LinearBlockOptions(120, 84)), 1);
   append_unit(model, "fc3",
               LinearBlock(LinearBlockOptions(84, input.num_classes).relu(false)), 1);
-  return model;
+  return model.build();
 }
 
 }  // namespace stalepipe::models::detail

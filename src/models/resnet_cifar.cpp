@@ -4,10 +4,8 @@
 namespace stalepipe::models::detail {
 
 Model make_resnet_cifar(int64_t depth, const InputShape& input) {
-  Model model;
-  model.name = "resnet" + std::to_string(depth);
-  model.input = input;
-  SP_CHECK_ARG(depth >= 8 && (depth - 2) % 6 == 0, "model ", model.name,
+  ModelBuilder model("resnet" + std::to_string(depth), input);
+  SP_CHECK_ARG(depth >= 8 && (depth - 2) % 6 == 0, "model ", model.name(),
                ": ResNet depth must be 6n+2 (8, 14, 20, 26, 32, ...), got ", depth);
   const int64_t blocks_per_stage = (depth - 2) / 6;
   // Stride-2 stages subsample by ceil(size/2), which never reaches 0: any size >= 1 works.
@@ -25,8 +23,9 @@ Model make_resnet_cifar(int64_t depth, const InputShape& input) {
   }
   append_unit(model, "fc", LinearBlock(LinearBlockOptions(64, input.num_classes)
                                            .global_avg_pool(true).relu(false)), 1);
-  init_convs_kaiming(model);
-  return model;
+  Model built = model.build();
+  init_convs_kaiming(built);
+  return built;
 }
 
 }  // namespace stalepipe::models::detail

@@ -13,9 +13,7 @@ Model make_vgg16(const InputShape& input) {
                                  {256, false}, {256, false}, {256, true},  {512, false},
                                  {512, false}, {512, true},  {512, false}, {512, false},
                                  {512, true}};
-  Model model;
-  model.name = "vgg16";
-  model.input = input;
+  ModelBuilder model("vgg16", input);
   int64_t h = input.height;
   int64_t w = input.width;
   int64_t in_channels = input.channels;
@@ -34,8 +32,9 @@ Model make_vgg16(const InputShape& input) {
   append_unit(model, "fc2", LinearBlock(LinearBlockOptions(512, 512)), 1);
   append_unit(model, "fc3", LinearBlock(LinearBlockOptions(512, input.num_classes).relu(false)),
               1);
-  init_convs_kaiming(model);
-  return model;
+  Model built = model.build();
+  init_convs_kaiming(built);
+  return built;
 }
 
 }  // namespace stalepipe::models::detail

@@ -41,6 +41,22 @@ std::string format_cut_layers(const models::Model& model) {
   return out.str();
 }
 
+namespace {
+
+// Why a register cannot follow `layer`: the unit that holds it, and where inside it the layer is.
+std::string unit_holding(const models::Model& model, int layer) {
+  for (size_t i = 0; i < model.units.size(); ++i) {
+    const auto& layers = model.units[i].weight_layers;
+    if (layers.empty() || layer < layers.front() || layer > layers.back()) continue;
+    const std::string unit = c10::str("unit ", i + 1, " (", model.units[i].name, ")");
+    if (layer != layers.back()) return c10::str("inside ", unit, ", which holds layers ", layers.front(), "-", layers.back());
+    return unit + " does not allow a register after it";
+  }
+  return "no unit holds it";
+}
+
+}  // namespace
+
 Plan make_plan(const models::Model& model, const std::vector<int>& ppv) {
   const std::string where = "--pipeline " + format_ppv(ppv) + ": model " + model.name;
   const int layers = model.num_weight_layers();
@@ -54,8 +70,8 @@ Plan make_plan(const models::Model& model, const std::vector<int>& ppv) {
     SP_CHECK_ARG(layer >= 1 && layer < layers, where, " has ", layers,
                  " weight layers; a register may follow layer ", format_cut_layers(model));
     const int unit = model.unit_ending_at_layer(layer);
-    SP_CHECK_ARG(unit >= 0, where, ": no register may follow layer ", layer,
-                 " (inside a unit such as a residual block); a register may follow layer ",
+    SP_CHECK_ARG(unit >= 0, where, ": no register may follow layer ", layer, " (",
+                 unit_holding(model, layer), "); a register may follow layer ",
                  format_cut_layers(model));
     plan.unit_ranges.emplace_back(first, static_cast<size_t>(unit) + 1);
     first = static_cast<size_t>(unit) + 1;

@@ -19,6 +19,7 @@
 #include "options_json.h"
 #include "resolve_pipeline.h"
 #include "common/json_file_impl.h"
+#include "stalepipe/api/pipeline_trainer.h"
 #include "stalepipe/common/error.h"
 #include "stalepipe/common/files.h"
 #include "stalepipe/data/loader.h"
@@ -110,10 +111,10 @@ struct Run {
   std::unique_ptr<data::Loader> train_loader, test_loader;
   models::Model model;
   partition::Plan plan;
-  std::unique_ptr<exec::Pipeline> pipeline;
-  std::unique_ptr<exec::Executor> executor;
+  std::unique_ptr<PipelineTrainer> api;  // the public pipeline API; pipeline and executor are its
+  exec::Pipeline* pipeline = nullptr;
+  exec::Executor* executor = nullptr;
   std::unique_ptr<LrSchedule> lr;
-  schedule::ScheduleKind kind = schedule::ScheduleKind::kStale;
   int64_t steps_per_epoch = 0, total_steps = 0, switch_step = -1, epochs = 0;
   int threads = 1;
   std::vector<int> threads_per_worker;
@@ -155,10 +156,6 @@ void check_options(const TrainOptions& o) {
                "--hybrid-switch needs --schedule hybrid");
   SP_CHECK_ARG(o.schedule() != "hybrid" || !o.hybrid_switch().empty(),
                "--schedule hybrid needs --hybrid-switch (epochs, or steps with an s suffix)");
-}
-
-std::string unit_range_name(const models::Model& model, size_t begin, size_t end) {
-  return c10::str(model.units[begin].name, "..", model.units[end - 1].name);
 }
 
 // group: where this process sits when the run uses --executor processes; null to run every
@@ -208,9 +205,6 @@ void build(Run& run, const exec::ProcessGroupOptions* group = nullptr) {
   run.total_steps = o.epochs() * run.steps_per_epoch;
   if (o.max_steps() > 0) run.total_steps = std::min(run.total_steps, o.max_steps());
   run.epochs = (run.total_steps + run.steps_per_epoch - 1) / run.steps_per_epoch;
-  // Hybrid: the stale schedule until the switch, then sequential.
-  run.kind = o.schedule() == "hybrid" ? schedule::ScheduleKind::kStale
-                                      : schedule::parse_schedule_kind(o.schedule());
   const int64_t last_batch = run.data.train.size() % o.batch_size();
   SP_CHECK_ARG(o.drop_last() || last_batch == 0 || last_batch >= o.micro_batches(),
                "--micro-batches ", o.micro_batches(), ": the last mini-batch of each epoch has only ",
@@ -233,41 +227,41 @@ void build(Run& run, const exec::ProcessGroupOptions* group = nullptr) {
   const auto devices = parse_devices(o.devices(), K);
   run.threads = o.threads() > 0 ? o.threads()
                                 : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
-  const int per_worker = o.threads_per_worker() > 0 ? o.threads_per_worker()
-                                                    : std::max(1, run.threads / K);
-  run.threads_per_worker.assign(K, per_worker);
-
-  auto sgd = optim::SgdOptions()
-                 .momentum(o.momentum())
-                 .weight_decay(o.weight_decay())
-                 .nesterov(o.nesterov())
-                 .delay_aware_lr(o.delay_aware_lr())
-                 .delay_lr_anneal_steps(std::llround(o.delay_lr_anneal_epochs() * run.steps_per_epoch))
-                 .weight_prediction(o.weight_prediction())
-                 .spike_compensation(o.spike_compensation());
-  run.pipeline = std::make_unique<exec::Pipeline>(run.model, run.plan, devices, sgd);
-  for (const auto& [begin, end] : run.plan.unit_ranges) {
-    run.report.units.push_back(unit_range_name(run.model, begin, end));
-  }
+  const LrSchedule* lr_schedule = run.lr.get();
+  auto api_options = PipelineOptions()
+                         .ppv(run.plan.ppv)
+                         .schedule(o.schedule())
+                         .hybrid_switch_step(run.switch_step)
+                         .executor(processes ? "emulated" : o.executor())
+                         .devices(devices)
+                         .threads(run.threads)
+                         .threads_per_worker(o.threads_per_worker())
+                         .lr(o.lr())
+                         .lr_at([lr_schedule](int64_t t) { return lr_schedule->at(t); })
+                         .momentum(o.momentum())
+                         .weight_decay(o.weight_decay())
+                         .nesterov(o.nesterov())
+                         .micro_batches(o.micro_batches())
+                         .delay_aware_lr(o.delay_aware_lr())
+                         .delay_lr_anneal_steps(std::llround(o.delay_lr_anneal_epochs() * run.steps_per_epoch))
+                         .weight_prediction(o.weight_prediction())
+                         .spike_compensation(o.spike_compensation());
+  run.api = std::make_unique<PipelineTrainer>(run.model, api_options);
+  run.pipeline = &run.api->pipeline();
   if (processes && group) {
     // Rendezvous last: every cheap check has passed on this rank.
     run.group = std::make_shared<exec::ProcessGroup>(where, config_hash(o));
-    run.executor = exec::make_processes_executor(run.group);
-  } else {
-    run.executor = exec::make_executor(processes ? "emulated" : o.executor());
+    run.api->use_executor(exec::make_processes_executor(run.group));
   }
-
-  // Staleness and memory as the schedule implies them, from a segment long enough to reach
-  // the steady state.
-  const auto probe = schedule::make_schedule(run.kind, K, 0, 4 * K + 4, o.micro_batches());
-  const auto stats = schedule::analyze(probe);
-  for (const auto& w : stats.workers) {
-    run.report.staleness.push_back(w.staleness);
-    run.report.max_in_flight.push_back(w.max_in_flight);
-    run.report.weight_versions.push_back(w.max_weight_versions);
-  }
-  run.report.parameters = run.plan.parameters;
-  run.report.stale_weight_percent = partition::stale_weight_percent(run.plan, run.report.staleness);
+  run.executor = &run.api->executor();
+  const PipelineInfo& info = run.api->info();
+  run.threads_per_worker = info.threads_per_worker;
+  run.report.units = info.units;
+  run.report.staleness = info.staleness;
+  run.report.max_in_flight = info.max_in_flight;
+  run.report.weight_versions = info.weight_versions;
+  run.report.parameters = info.parameters;
+  run.report.stale_weight_percent = info.stale_weight_percent;
 }
 
 // --executor processes: gives every rank the last rank's values of `values` (doubles).
@@ -533,12 +527,6 @@ TrainResult run_training(Run& run, const CheckpointInfo* from, const TrainHooks&
       if (o.checkpoint_every() > 0) {
         segment_end = std::min(segment_end, (step / o.checkpoint_every() + 1) * o.checkpoint_every());
       }
-      const bool sequential = run.kind == schedule::ScheduleKind::kSequential ||
-                              (run.switch_step >= 0 && step >= run.switch_step);
-      const auto schedule =
-          sequential ? schedule::make_sequential(K, step, segment_end)
-                     : schedule::make_schedule(run.kind, K, step, segment_end, o.micro_batches());
-
       std::optional<data::Prefetcher> prefetch;  // only the rank that feeds partition 1 reads
       if (run.feeds_data()) {
         prefetch.emplace(*run.train_loader, epoch, step - epoch_begin, segment_end - epoch_begin);
@@ -567,7 +555,7 @@ TrainResult run_training(Run& run, const CheckpointInfo* from, const TrainHooks&
 
       exec::SegmentResult segment;
       try {
-        segment = run.executor->run(schedule, run.pipeline->stages(), context);
+        segment = run.api->run_segment(step, segment_end, context);
       } catch (const DivergedError&) {
         write_trace();
         throw DivergedError(divergence_message(run, next_loss_step, "training loss is not finite",

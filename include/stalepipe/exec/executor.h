@@ -33,6 +33,8 @@ struct Input {
 // Everything a segment run needs besides the stages.
 struct SegmentContext {
   // Inputs for step t, called by the first worker in increasing step order, once per step.
+  // An Input with an undefined x means the input ran out: the segment ends before step t,
+  // exactly as with `stop` (the mini-batches in the pipeline finish).
   std::function<Input(int64_t step)> input;
   // Learning rate for the update of step t. Pure function; called from worker threads.
   std::function<double(int64_t step)> lr;
@@ -50,6 +52,10 @@ struct SegmentContext {
   // its origin. Called concurrently from different workers. Null: no timing at all.
   std::function<void(int worker, const schedule::Op& op, double start_seconds, double end_seconds)>
       on_op;
+  // Threads executor: called from a failing worker's thread (once per failing worker).
+  // An `input` callback that blocks (waiting for data from another thread) must then return
+  // promptly; what it returns is discarded. May be null.
+  std::function<void()> on_abort;
 };
 
 struct SegmentResult {

@@ -1,0 +1,26 @@
+// stalepipe: pipelined training of CNNs with stale weights (PPL-SGD), as a C++ library.
+// One include for users; docs/api.md is the tour.
+//
+//   models::ModelBuilder   your LibTorch modules as an ordered list of units (model_builder.h)
+//   models::make_model     the zoo: lenet5, alexnet, vgg16, resnet<6n+2> (zoo.h)
+//   PipelineOptions        where the registers go, schedule, executor, devices, SGD
+//   PipelineTrainer        fit / feed+flush / evaluate / save+load (pipeline_trainer.h)
+//   data::load_dataset     Fashion-MNIST, MNIST, CIFAR-10, synthetic (data/registry.h)
+#pragma once
+
+// The release (CMakeLists.txt project(VERSION) checks that they agree).
+#define STALEPIPE_VERSION_MAJOR 0
+#define STALEPIPE_VERSION_MINOR 2
+#define STALEPIPE_VERSION_PATCH 0
+
+#include "stalepipe/api/pipeline_options.h"
+#include "stalepipe/api/pipeline_trainer.h"
+#include "stalepipe/common/error.h"
+#include "stalepipe/data/dataset.h"
+#include "stalepipe/data/loader.h"
+#include "stalepipe/data/normalize.h"
+#include "stalepipe/data/registry.h"
+#include "stalepipe/data/torch_dataset.h"
+#include "stalepipe/models/model.h"
+#include "stalepipe/models/model_builder.h"
+#include "stalepipe/models/zoo.h"

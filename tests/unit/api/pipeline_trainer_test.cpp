@@ -1,0 +1,300 @@
+// The public API: a user's module list pipelined with PipelineTrainer equals the CLI's run of
+// the zoo model; the step interface equals a segment run; misuse gives clear errors.
+#include <gtest/gtest.h>
+#include <torch/data/dataloader.h>
+#include <torch/data/example.h>
+#include <torch/data/samplers/sequential.h>
+#include <torch/data/transforms/stack.h>
+#include <torch/nn/modules/activation.h>
+#include <torch/nn/modules/conv.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/modules/pooling.h>
+
+#include "stalepipe/stalepipe.h"
+#include "stalepipe/train/lr_schedule.h"
+#include "stalepipe/train/trainer.h"
+#include "support/temp_dir.h"
+
+namespace stalepipe {
+namespace {
+
+namespace nn = torch::nn;
+
+// LeNet-5 (models/zoo.h) written as a user would, with plain LibTorch modules. Constructed in
+// the zoo's order, so the same seed gives the same initial weights.
+models::Model user_lenet5(uint64_t seed, bool conv2_cut = true) {
+  torch::manual_seed(seed);
+  return models::ModelBuilder("user-lenet5", {1, 32, 32, 10})
+      .add("conv1", nn::Sequential(nn::Conv2d(nn::Conv2dOptions(1, 6, 5)), nn::ReLU(), nn::MaxPool2d(2)))
+      .add("conv2", nn::Sequential(nn::Conv2d(nn::Conv2dOptions(6, 16, 5)), nn::ReLU(), nn::MaxPool2d(2)),
+           models::UnitOptions().cut_after(conv2_cut))
+      .add("fc1", nn::Sequential(nn::Flatten(), nn::Linear(400, 120), nn::ReLU()))
+      .add("fc2", nn::Sequential(nn::Linear(120, 84), nn::ReLU()))
+      .add("fc3", nn::Linear(84, 10))
+      .build();
+}
+
+template <typename Fn>
+std::string usage_error_of(Fn fn) {
+  try {
+    fn();
+  } catch (const UsageError& e) {
+    return e.what();
+  }
+  return "(no UsageError)";
+}
+
+void expect_same(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(torch::equal(a[i], b[i])) << "parameter " << i;
+}
+
+TEST(PipelineTrainer, UserModuleListEqualsCliRunOfZooModel) {
+  const uint64_t seed = 5;
+  const int64_t epochs = 2, batch = 32;
+  auto cli = train::TrainOptions()
+                 .model("lenet5").data("synthetic:200").epochs(epochs).batch_size(batch)
+                 .pipeline("1,2").executor("threads").seed(seed).threads(2).progress("none");
+  train::TrainHooks quiet;
+  quiet.log = [](const std::string&) {};
+  const auto expected = train::train(cli, quiet).parameters;
+
+  // The same data, batches and learning rates, fed through fit() one epoch at a time.
+  const auto split = data::load_dataset("synthetic:200");
+  const data::Loader loader(split.train, data::LoaderOptions().batch_size(batch).seed(seed).pad_to(32)
+                                             .normalization(data::compute_normalization(split.train)));
+  train::LrScheduleOptions lr;
+  lr.steps_per_epoch = loader.batches_per_epoch();
+  lr.total_steps = epochs * lr.steps_per_epoch;
+  const train::LrSchedule schedule(lr);
+  auto model = user_lenet5(seed);
+  PipelineTrainer trainer(model, PipelineOptions().ppv({1, 2}).threads(2).lr_at(
+                                     [&schedule](int64_t t) { return schedule.at(t); }));
+  EXPECT_EQ(trainer.info().staleness, (std::vector<int>{3, 1, 0}));
+  int64_t losses = 0;
+  for (int64_t e = 0; e < epochs; ++e) {
+    std::vector<torch::data::Example<>> batches;
+    const auto order = loader.epoch_order(e);
+    for (int64_t i = 0; i < loader.batches_per_epoch(); ++i) {
+      const auto b = loader.batch(e, i, order);
+      batches.push_back({b.x, b.y});
+    }
+    FitCallbacks callbacks;
+    callbacks.on_step = [&](const StepLoss& l) { EXPECT_EQ(l.step, losses++); };
+    trainer.fit(batches, 1, callbacks);
+  }
+  EXPECT_EQ(losses, epochs * loader.batches_per_epoch());
+  expect_same(trainer.parameters(), expected);
+}
+
+TEST(PipelineTrainer, FitOverATorchDataLoaderEqualsFitOverTheSameBatches) {
+  const auto split = data::load_dataset("synthetic:100");
+  const auto norm = data::compute_normalization(split.train);
+  const data::Loader loader(split.train, data::LoaderOptions().batch_size(16).shuffle(false).pad_to(32).normalization(norm));
+  data::TorchDataset dataset(split.train, norm, 32);
+  ASSERT_EQ(dataset.size().value(), 100u);
+  const auto b1 = loader.batch(0, 1);
+  EXPECT_TRUE(torch::equal(dataset.get(17).data, b1.x[1]));
+  EXPECT_EQ(dataset.get(17).target.item<int64_t>(), b1.y[1].item<int64_t>());
+
+  std::vector<torch::data::Example<>> batches;
+  for (int64_t i = 0; i < loader.batches_per_epoch(); ++i) {
+    const auto b = loader.batch(0, i);
+    batches.push_back({b.x, b.y});
+  }
+  const auto options = PipelineOptions().ppv({2}).threads_per_worker(1);
+  PipelineTrainer reference(user_lenet5(9), options);
+  reference.fit(batches, 2);
+  auto torch_loader = torch::data::make_data_loader<torch::data::samplers::SequentialSampler>(
+      std::move(dataset).map(torch::data::transforms::Stack<>()), 16);
+  PipelineTrainer trainer(user_lenet5(9), options);
+  const auto epochs = trainer.fit(*torch_loader, 2);
+  ASSERT_EQ(epochs.size(), 2u);
+  EXPECT_EQ(epochs[1].epoch, 2);
+  EXPECT_EQ(epochs[1].end_step, 2 * loader.batches_per_epoch());
+  EXPECT_EQ(epochs[1].samples, 100);
+  expect_same(trainer.parameters(), reference.parameters());
+  const auto eval = trainer.evaluate(*torch_loader);
+  EXPECT_EQ(eval.samples, 100);
+  EXPECT_EQ(eval.accuracy, reference.evaluate(batches).accuracy);
+}
+
+std::vector<exec::Input> synthetic_batches(int n) {
+  torch::manual_seed(99);
+  std::vector<exec::Input> batches;
+  for (int i = 0; i < n; ++i) batches.push_back({torch::randn({8, 1, 32, 32}), torch::randint(10, {8})});
+  return batches;
+}
+
+TEST(PipelineTrainer, FeedEqualsSegmentRunOnEveryExecutor) {
+  const auto batches = synthetic_batches(11);
+  for (const std::string executor : {"emulated", "threads"}) {
+    const auto options = PipelineOptions().ppv({1, 3}).executor(executor).threads_per_worker(1);
+    PipelineTrainer reference(user_lenet5(3), options);
+    std::vector<StepLoss> expected;
+    exec::SegmentContext context;
+    context.input = [&](int64_t t) { return batches[t]; };
+    context.on_step = [&](int64_t t, const exec::StepLoss& s) {
+      expected.push_back({t, s.loss, s.correct, s.samples});
+    };
+    EXPECT_EQ(reference.run_segment(0, 11, context).end_step, 11);
+
+    PipelineTrainer stepped(user_lenet5(3), options);
+    const int lag = stepped.info().lag;
+    EXPECT_EQ(lag, 3);  // the emulator's order asks for 2K-2 inputs before the first loss
+    std::vector<StepLoss> got;
+    for (int64_t t = 0; t < 11; ++t) {
+      const auto loss = stepped.feed(batches[t].x, batches[t].labels);
+      ASSERT_EQ(loss.has_value(), t >= lag) << executor << " step " << t;
+      if (loss) {
+        EXPECT_EQ(loss->step, t - lag);
+        got.push_back(*loss);
+      }
+    }
+    EXPECT_EQ(stepped.in_flight(), lag);
+    for (const auto& l : stepped.flush()) got.push_back(l);
+    ASSERT_EQ(got.size(), expected.size());
+    for (size_t i = 0; i < got.size(); ++i) {
+      EXPECT_EQ(got[i].step, expected[i].step);
+      EXPECT_EQ(got[i].loss, expected[i].loss) << executor << " step " << i;
+    }
+    expect_same(stepped.parameters(), reference.parameters());
+  }
+}
+
+TEST(PipelineTrainer, FlushMidwayDrainsLikeTwoSegments) {
+  const auto batches = synthetic_batches(9);
+  const auto options = PipelineOptions().ppv({2}).executor("threads").threads_per_worker(1);
+  PipelineTrainer reference(user_lenet5(4), options);
+  exec::SegmentContext context;
+  context.input = [&](int64_t t) { return batches[t]; };
+  reference.run_segment(0, 4, context);
+  reference.run_segment(4, 9, context);
+  PipelineTrainer stepped(user_lenet5(4), options);
+  for (int64_t t = 0; t < 9; ++t) {
+    stepped.feed(batches[t].x, batches[t].labels);
+    if (t == 3) EXPECT_EQ(stepped.flush().size(), 1u);  // lag 1 for K = 2
+  }
+  EXPECT_EQ(stepped.finish().size(), 1u);
+  expect_same(stepped.parameters(), reference.parameters());
+}
+
+TEST(PipelineTrainer, SaveAndLoadRestoreWeightsAndStep) {
+  test::TempDir dir;
+  const auto batches = synthetic_batches(5);
+  PipelineTrainer a(user_lenet5(6), PipelineOptions().ppv({2}).threads_per_worker(1));
+  for (const auto& b : batches) a.feed(b.x, b.labels);
+  EXPECT_NE(usage_error_of([&] { a.save(dir.path()); }).find("call flush() first"), std::string::npos);
+  a.flush();
+  a.save(dir.path());
+  PipelineTrainer b(user_lenet5(7), PipelineOptions().ppv({2}).threads_per_worker(1));
+  b.load(dir.path());
+  EXPECT_EQ(b.step(), 5);
+  expect_same(b.parameters(), a.parameters());
+  // Momentum buffers came along: one more identical step keeps them equal.
+  a.feed(batches[0].x, batches[0].labels);
+  b.feed(batches[0].x, batches[0].labels);
+  a.flush();
+  b.flush();
+  expect_same(b.parameters(), a.parameters());
+}
+
+TEST(PipelineTrainer, MisuseGivesClearErrors) {
+  // A register where the model allows none.
+  EXPECT_NE(usage_error_of([] { PipelineTrainer(user_lenet5(1, /*conv2_cut=*/false), PipelineOptions().ppv({2})); })
+                .find("PipelineOptions::ppv {2}: model user-lenet5: no register may follow layer 2 "
+                      "(unit 2 (conv2) does not allow a register after it); a register may follow "
+                      "layer 1, 3, 4"),
+            std::string::npos);
+  EXPECT_NE(usage_error_of([] { PipelineTrainer(user_lenet5(1), PipelineOptions().ppv({5})); })
+                .find("has 5 weight layers; a register may follow layer 1, 2, 3, 4"),
+            std::string::npos);
+  // A unit whose input does not fit the previous unit's output.
+  EXPECT_NE(usage_error_of([] {
+              models::ModelBuilder("bad", {1, 32, 32, 10})
+                  .add("conv1", nn::Sequential(nn::Conv2d(nn::Conv2dOptions(1, 6, 5)), nn::MaxPool2d(2)))
+                  .add("conv2", nn::Sequential(nn::Conv2d(nn::Conv2dOptions(6, 16, 5)), nn::MaxPool2d(2)))
+                  .add("fc1", nn::Sequential(nn::Flatten(), nn::Linear(256, 10)))
+                  .build();
+            }).find("model bad: unit 3 (fc1) cannot take the output of unit 2 (conv2), [2, 16, 5, 5]: "),
+            std::string::npos);
+  EXPECT_NE(usage_error_of([] {
+              models::ModelBuilder("bad", {3, 32, 32, 10}).add("conv1", nn::Conv2d(1, 6, 5)).build();
+            }).find("unit 1 (conv1) cannot take the model input [2, 3, 32, 32]"),
+            std::string::npos);
+  EXPECT_NE(usage_error_of([] {
+              models::ModelBuilder("bad", {1, 4, 4, 10}).add("fc", nn::Sequential(nn::Flatten(), nn::Linear(16, 3))).build();
+            }).find("the last unit (fc) produces [2, 3]"),
+            std::string::npos);
+  EXPECT_NE(usage_error_of([] { models::ModelBuilder().add("a.b", nn::Linear(1, 1)); }).find("without '.'"),
+            std::string::npos);
+  // A step fed after shutdown.
+  PipelineTrainer trainer(user_lenet5(1), PipelineOptions().ppv({2}).threads_per_worker(1));
+  const auto b = synthetic_batches(1)[0];
+  trainer.feed(b.x, b.labels);
+  std::vector<torch::data::Example<>> test_set{{b.x, b.labels}};
+  EXPECT_NE(usage_error_of([&] { trainer.evaluate(test_set); })
+                .find("evaluate: 1 mini-batch(es) are in the pipeline; call flush() first"),
+            std::string::npos);
+  EXPECT_EQ(trainer.finish().size(), 1u);
+  EXPECT_NE(usage_error_of([&] { trainer.feed(b.x, b.labels); }).find("feed: the trainer was finished"),
+            std::string::npos);
+  // An executor asked for an absent device.
+  EXPECT_NE(usage_error_of([] {
+              PipelineTrainer(user_lenet5(1), PipelineOptions().ppv({2}).devices({torch::kCPU, torch::Device("cuda:7")}));
+            }).find("PipelineOptions::devices: cuda:7 is not present; this machine has "),
+            std::string::npos);
+  EXPECT_NE(usage_error_of([] { PipelineTrainer(user_lenet5(1), PipelineOptions().ppv({2}).devices({torch::kCPU})); })
+                .find("names 1 device(s) but the pipeline has 2 partitions"),
+            std::string::npos);
+  EXPECT_NE(usage_error_of([] { PipelineTrainer(user_lenet5(1), PipelineOptions().schedule("hybrid")); })
+                .find("hybrid needs hybrid_switch_step"),
+            std::string::npos);
+  EXPECT_NE(usage_error_of([] { PipelineTrainer(user_lenet5(1), PipelineOptions().executor("gpu")); })
+                .find("PipelineOptions::executor 'gpu'"),
+            std::string::npos);
+}
+
+TEST(PipelineTrainer, WorkerFailureReachesFeedWithoutHanging) {
+  auto calls = std::make_shared<int>(0);  // the last worker alone calls the loss
+  auto failing = [calls](const torch::Tensor& out, const torch::Tensor& y) {
+    if (++*calls == 4) throw std::runtime_error("loss exploded");
+    return exec::cross_entropy_loss(out, y);
+  };
+  PipelineTrainer trainer(user_lenet5(2),
+                          PipelineOptions().ppv({1, 3}).executor("threads").threads_per_worker(1).loss(failing));
+  const auto batches = synthetic_batches(12);
+  std::string error;
+  try {
+    for (const auto& b : batches) trainer.feed(b.x, b.labels);
+  } catch (const RuntimeError& e) {
+    error = e.what();
+  }
+  EXPECT_NE(error.find("partition 3, mini-batch 3: loss exploded"), std::string::npos) << error;
+  EXPECT_NE(usage_error_of([&] { trainer.feed(batches[0].x, batches[0].labels); }).find("failed earlier"),
+            std::string::npos);
+}
+
+TEST(PipelineTrainer, BalancedPartitionsAndHybridSwitch) {
+  // Balanced by parameters (fc1 holds 48k of 62k).
+  PipelineTrainer balanced(user_lenet5(1), PipelineOptions().partitions(3));
+  EXPECT_EQ(balanced.plan().num_partitions(), 3);
+  EXPECT_EQ(balanced.plan().ppv, (std::vector<int>{2, 3}));
+  // Hybrid: stale for steps [0, 4), sequential after; equals the two segments run by hand.
+  const auto batches = synthetic_batches(8);
+  const auto options = PipelineOptions().ppv({2}).schedule("hybrid").hybrid_switch_step(4).threads_per_worker(1);
+  PipelineTrainer reference(user_lenet5(8), options);
+  exec::SegmentContext context;
+  context.input = [&](int64_t t) { return batches[t]; };
+  EXPECT_NE(usage_error_of([&] { reference.run_segment(2, 6, context); }).find("straddles the hybrid switch at step 4"),
+            std::string::npos);
+  reference.run_segment(0, 4, context);
+  reference.run_segment(4, 8, context);
+  PipelineTrainer stepped(user_lenet5(8), options);
+  for (const auto& b : batches) stepped.feed(b.x, b.labels);
+  stepped.finish();
+  expect_same(stepped.parameters(), reference.parameters());
+}
+
+}  // namespace
+}  // namespace stalepipe
