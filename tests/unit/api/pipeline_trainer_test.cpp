@@ -255,6 +255,24 @@ TEST(PipelineTrainer, MisuseGivesClearErrors) {
             std::string::npos);
 }
 
+TEST(PipelineTrainer, OtherSchedulesAndMitigationsThroughTheApi) {
+  const auto stash = PipelineTrainer(user_lenet5(1), PipelineOptions().ppv({1, 3}).schedule("1f1b-stash")).info();
+  EXPECT_EQ(stash.staleness, (std::vector<int>{2, 1, 0}));
+  EXPECT_EQ(stash.weight_versions, (std::vector<int>{3, 2, 1}));
+  const auto gpipe = PipelineTrainer(user_lenet5(1), PipelineOptions().ppv({1, 3}).schedule("gpipe").micro_batches(4)).info();
+  EXPECT_EQ(gpipe.staleness, (std::vector<int>{0, 0, 0}));
+  EXPECT_EQ(gpipe.lag, 0);
+  PipelineTrainer mitigated(user_lenet5(1), PipelineOptions().ppv({1, 3}).weight_prediction(true).spike_compensation(true)
+                                                .delay_aware_lr(true));
+  EXPECT_TRUE(mitigated.pipeline().stage(0).optimizer().options().weight_prediction());
+  EXPECT_NE(usage_error_of([] { PipelineTrainer(user_lenet5(1), PipelineOptions().ppv({2}).micro_batches(2)); })
+                .find("PipelineOptions::micro_batches 2 applies to schedule gpipe only"),
+            std::string::npos);
+  EXPECT_NE(usage_error_of([] { PipelineTrainer(user_lenet5(1), PipelineOptions().schedule("pipedream")); })
+                .find("PipelineOptions::schedule 'pipedream': expected stale, sequential, hybrid, gpipe or 1f1b-stash"),
+            std::string::npos);
+}
+
 TEST(PipelineTrainer, WorkerFailureReachesFeedWithoutHanging) {
   auto calls = std::make_shared<int>(0);  // the last worker alone calls the loss
   auto failing = [calls](const torch::Tensor& out, const torch::Tensor& y) {
