@@ -63,7 +63,6 @@ class RestoreWeights {
 void Stage::begin_segment(const schedule::Schedule& schedule, std::function<double(int64_t)> lr) {
   last_update_step_ = schedule.first_step - 1;
   stash_weights_ = schedule.stash_weights;
-  stash_current_.reset();
   delay_.clear();
   lr_ = std::move(lr);
 }
@@ -71,7 +70,6 @@ void Stage::begin_segment(const schedule::Schedule& schedule, std::function<doub
 void Stage::clear_in_flight() {
   in_flight_.clear();
   delay_.clear();
-  stash_current_.reset();
 }
 
 torch::Tensor Stage::forward_with_weights(int64_t step, int micro, Pending& p,
@@ -86,15 +84,10 @@ torch::Tensor Stage::forward_with_weights(int64_t step, int micro, Pending& p,
     restore.emplace(params);
     optimizer_->extrapolate(delay, optimizer_->effective_lr(lr_ ? lr_(step) : 0.0, delay, step));
   }
-  if (stash_weights_) {
-    if (restore) {  // predicted weights are this forward's own
-      p.weights = std::make_shared<const std::vector<torch::Tensor>>(copy_weights(params));
-    } else {
-      if (!stash_current_) {
-        stash_current_ = std::make_shared<const std::vector<torch::Tensor>>(copy_weights(params));
-      }
-      p.weights = stash_current_;
-    }
+  // Predicted weights are this forward's own: stash them now. The current weights are stashed
+  // only if an update comes before this forward's backward (see update()).
+  if (stash_weights_ && restore) {
+    p.weights = std::make_shared<const std::vector<torch::Tensor>>(copy_weights(params));
   }
   return forward();
 }
@@ -139,7 +132,7 @@ Stage::Pending& Stage::pending(int64_t step, int micro, const char* what) {
 torch::Tensor Stage::backward(int64_t step, const torch::Tensor& grad_output, int micro) {
   Pending& p = pending(step, micro, "backward");
   std::optional<RestoreWeights> restore;
-  if (p.weights && p.weights != stash_current_) {  // the weights changed since the forward
+  if (p.weights) {  // the forward ran with other weights than the current ones
     restore.emplace(optimizer_->params());
     write_weights(optimizer_->params(), *p.weights);
   }
@@ -156,6 +149,16 @@ torch::Tensor Stage::backward(int64_t step, const torch::Tensor& grad_output, in
 }
 
 void Stage::update(int64_t step, double lr) {
+  if (stash_weights_) {
+    // Copy on write: forwards in flight that ran with the current weights keep one shared copy.
+    Weights current;
+    for (auto& entry : in_flight_) {
+      Pending& p = entry.second;
+      if (p.weights) continue;
+      if (!current) current = std::make_shared<const std::vector<torch::Tensor>>(copy_weights(optimizer_->params()));
+      p.weights = current;
+    }
+  }
   int delay = 0;
   if (auto it = delay_.find(step); it != delay_.end()) {
     delay = it->second;
@@ -164,7 +167,6 @@ void Stage::update(int64_t step, double lr) {
   optimizer_->step(optimizer_->effective_lr(lr, delay, step), delay);
   optimizer_->zero_grad();
   last_update_step_ = step;
-  stash_current_.reset();
 }
 
 torch::Tensor Stage::predict(const torch::Tensor& input) {

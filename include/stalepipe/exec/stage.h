@@ -9,8 +9,9 @@
 // weight tensors, and optim::Sgd writes them through `data()` without bumping the version
 // counter that would otherwise make the pending backward throw.
 // Two schedule or optimizer settings change what a pass sees:
-//   weight stashing (Schedule::stash_weights, PipeDream's 1F1B): forward(t) keeps a copy of
-//       the weights it used and backward(t) runs with that copy written into the weights,
+//   weight stashing (Schedule::stash_weights, PipeDream's 1F1B): the weights forward(t) used
+//       are copied before the first update that would change them (copy on write, one copy
+//       per version in flight), and backward(t) runs with that copy written into the weights,
 //       then the current weights are put back; memory grows by the copies in flight;
 //   weight prediction (SgdOptions::weight_prediction): forward(t) runs with the weights
 //       extrapolated along the momentum by the number of updates it lacks (its delay D),
@@ -103,7 +104,7 @@ class Stage {
   struct Pending {
     torch::Tensor input;   // leaf requiring grad (non-first stages)
     torch::Tensor output;  // output or loss, with its graph
-    Weights weights;       // the forward's weights, when they are stashed
+    Weights weights;       // the forward's weights, once they differ from the current ones
   };
   using Key = std::pair<int64_t, int>;  // (step, micro)
 
@@ -123,7 +124,6 @@ class Stage {
   std::map<int64_t, int> delay_;      // step -> delay D of its gradient, until its update
   int64_t last_update_step_ = -1;     // updates of all steps up to this one are applied
   bool stash_weights_ = false;
-  Weights stash_current_;             // a stashed copy of the current weights, if any
   std::function<double(int64_t)> lr_;
 };
 
