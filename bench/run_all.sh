@@ -13,7 +13,7 @@
 #     machine.txt               CPU, load before and after, versions
 # ResNet-110 dominates the time (each configuration trains 3 + 20 mini-batches of 128).
 # Environment: OUT (folder), STEPS (measured steps, default 20), WARMUP (default 3), BATCH
-# (default 128), SPECS (model:paper-PPV list), MEMSPECS (model:PPV:channels list),
+# (default 128), SPECS (model:paper-PPV list), MEMSPECS (model:PPV:channels list; empty: none),
 # SKIP_PEERS=1 (no PyTorch), SKIP_PROCESSES=1 (no processes executor), SKIP_MICRO=1.
 # A smoke test of the script itself (a minute; numbers meaningless):
 #     OUT=/tmp/smoke BATCH=16 STEPS=10 WARMUP=1 SPECS=lenet5:2 MEMSPECS=lenet5:2:1 SKIP_MICRO=1 bench/run_all.sh
@@ -24,8 +24,8 @@ OUT=${OUT:-results/bench}
 STEPS=${STEPS:-20}
 WARMUP=${WARMUP:-3}
 BATCH=${BATCH:-128}
-SPECS=${SPECS:-"lenet5:2 resnet56:19 resnet110:37"}
-MEMSPECS=${MEMSPECS:-"lenet5:2:1 alexnet:3:3 vgg16:2:3 resnet20:7:3"}
+SPECS=${SPECS-"lenet5:2 resnet56:19 resnet110:37"}  # set but empty: none
+MEMSPECS=${MEMSPECS-"lenet5:2:1 alexnet:3:3 vgg16:2:3 resnet20:7:3"}
 [[ -x $SP ]] || { echo "run_all: $SP is missing; run scripts/build.sh first" >&2; exit 2; }
 if [[ -z ${SKIP_PEERS:-} ]] && ! /usr/bin/python3 -c "import torch" 2>/dev/null; then
   echo "run_all: PyTorch is missing; run scripts/setup-peers.sh first (or SKIP_PEERS=1)" >&2
@@ -33,12 +33,15 @@ if [[ -z ${SKIP_PEERS:-} ]] && ! /usr/bin/python3 -c "import torch" 2>/dev/null;
 fi
 mkdir -p "$OUT"
 
+# Appended, one block per invocation: a partial rerun (SPECS=resnet110:37 MEMSPECS=) keeps the
+# record of the runs behind the other files.
 {
+  echo "--- SPECS=\"$SPECS\" MEMSPECS=\"$MEMSPECS\" STEPS=$STEPS WARMUP=$WARMUP BATCH=$BATCH"
   echo "date: $(date -Is)"
   echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | xargs), $(nproc) cores"
   echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
   echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
-} > "$OUT/machine.txt"
+} >> "$OUT/machine.txt"
 
 processes=(--processes)
 [[ -n ${SKIP_PROCESSES:-} ]] && processes=()

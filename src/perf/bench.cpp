@@ -314,6 +314,15 @@ std::string format_bench_report(const BenchReport& r) {
   extra("simulator's prediction (stale, steady state)", r.rates.simulated);
   extra("train --executor threads (K workers)", r.rates.threads_train);
   extra("train --executor processes (K ranks)", r.rates.processes);
+  if (!r.rates.processes_runs.empty()) {
+    auto list = [](const std::vector<double>& v) {
+      std::string out;
+      for (double x : v) out += c10::str(out.empty() ? "" : " ", static_cast<int64_t>(x * 10 + 0.5) / 10.0);
+      return out;
+    };
+    s += c10::str("  (train: medians of ", r.rates.processes_runs.size(), " alternated runs; threads ",
+                  list(r.rates.threads_train_runs), ", processes ", list(r.rates.processes_runs), ")\n");
+  }
   s += c10::str("\ncheck: pipeline and emulated weights ",
                 r.executors_agree ? "bit-identical" : "DIFFER (bug)", "\n\ntargets:\n");
   for (const auto& t : r.targets) {
@@ -351,7 +360,9 @@ std::string to_json(const BenchReport& r) {
                 {"bound", r.rates.bound},
                 {"simulated", r.rates.simulated},
                 {"processes", r.rates.processes},
-                {"threads_train", r.rates.threads_train}};
+                {"threads_train", r.rates.threads_train},
+                {"processes_runs", r.rates.processes_runs},
+                {"threads_train_runs", r.rates.threads_train_runs}};
   j["ratios"] = {{"pipeline_vs_one_thread", r.ratios.pipeline_vs_one_thread},
                  {"pipeline_vs_all_threads", r.ratios.pipeline_vs_all_threads},
                  {"pipeline_vs_bound", r.ratios.pipeline_vs_bound},

@@ -1,6 +1,7 @@
 // The stalepipe program as a user meets it: exit statuses, one-line errors, kill and resume.
 #include <signal.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -123,6 +124,25 @@ TEST(Cli, BenchAndMemoryReport) {
   EXPECT_EQ(m.at("partitions")[0].at("max_in_flight").get<int>(), 2);
   EXPECT_GT(m.at("partitions")[0].at("measured_peak_bytes").get<int64_t>(), 0);
   EXPECT_GT(m.at("scheme_percent").get<double>(), 0);
+}
+
+TEST(Cli, BenchProcessesReportsTheMedianOfAlternatedRuns) {
+  TempDir dir;
+  const auto bench = run_cli({"bench", "--model", "lenet5", "--batch-size", "16", "--warmup-steps", "1",
+                              "--steps", "10", "--threads", "2", "--processes", "--processes-repeats", "3",
+                              "--json", dir.path() + "/bench.json"});
+  ASSERT_EQ(bench.status, 0) << bench.err;
+  const auto rates = nlohmann::json::parse(std::ifstream(dir.path() + "/bench.json")).at("rates");
+  for (const char* which : {"processes", "threads_train"}) {
+    auto runs = rates.at(std::string(which) + "_runs").get<std::vector<double>>();
+    ASSERT_EQ(runs.size(), 3u) << which;
+    for (double r : runs) EXPECT_GT(r, 0) << which;
+    std::sort(runs.begin(), runs.end());
+    EXPECT_DOUBLE_EQ(rates.at(which).get<double>(), runs[1]) << which;
+  }
+  EXPECT_NE(bench.out.find("medians of 3 alternated runs"), std::string::npos) << bench.out;
+  expect_one_line_error(run_cli({"bench", "--processes", "--processes-repeats", "0"}), 2,
+                        "--processes-repeats");
 }
 
 // Waits until the run has written its first checkpoint.

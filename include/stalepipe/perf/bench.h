@@ -85,6 +85,8 @@ struct BenchRates {
   double simulated = 0;
   double processes = 0;       // `train --executor processes` on K ranks (bench --processes)
   double threads_train = 0;   // the same `train` run with the threads executor
+  // Each of the alternated runs behind the two rates above (their medians).
+  std::vector<double> processes_runs, threads_train_runs;
 };
 
 struct BenchRatios {
