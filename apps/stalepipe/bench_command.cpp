@@ -11,7 +11,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
@@ -24,6 +23,7 @@
 #include "commands.h"
 #include "stalepipe/common/error.h"
 #include "stalepipe/common/files.h"
+#include "stalepipe/common/median.h"
 #include "stalepipe/perf/bench.h"
 #include "stalepipe/perf/memory.h"
 
@@ -76,12 +76,6 @@ double last_epoch_images_per_second(const std::string& dir) {
   }
   SP_CHECK(!last.empty(), "bench: ", dir, "/metrics.jsonl is empty");
   return nlohmann::json::parse(last).at("images_per_second").get<double>();
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 // `train` over the threads executor and over the processes executor on K ranks, with the same

@@ -38,6 +38,11 @@ std::vector<torch::Tensor> copy_weights(const std::vector<torch::Tensor>& params
   return copies;
 }
 
+// One copy that several forwards in flight may share (weight stashing).
+std::shared_ptr<const std::vector<torch::Tensor>> shared_copy(const std::vector<torch::Tensor>& params) {
+  return std::make_shared<const std::vector<torch::Tensor>>(copy_weights(params));
+}
+
 // Through data(): pending graphs hold these tensors and must not see a version bump.
 void write_weights(const std::vector<torch::Tensor>& params, const std::vector<torch::Tensor>& values) {
   torch::NoGradGuard no_grad;
@@ -87,7 +92,7 @@ torch::Tensor Stage::forward_with_weights(int64_t step, int micro, Pending& p,
   // Predicted weights are this forward's own: stash them now. The current weights are stashed
   // only if an update comes before this forward's backward (see update()).
   if (stash_weights_ && restore) {
-    p.weights = std::make_shared<const std::vector<torch::Tensor>>(copy_weights(params));
+    p.weights = shared_copy(params);
   }
   return forward();
 }
@@ -155,7 +160,7 @@ void Stage::update(int64_t step, double lr) {
     for (auto& entry : in_flight_) {
       Pending& p = entry.second;
       if (p.weights) continue;
-      if (!current) current = std::make_shared<const std::vector<torch::Tensor>>(copy_weights(optimizer_->params()));
+      if (!current) current = shared_copy(optimizer_->params());
       p.weights = current;
     }
   }

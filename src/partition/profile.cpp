@@ -12,6 +12,7 @@
 #include <torch/cuda.h>
 
 #include "stalepipe/common/error.h"
+#include "stalepipe/common/median.h"
 #include "stalepipe/models/layer_table.h"
 #include "stalepipe/models/model.h"
 
@@ -22,12 +23,6 @@ using Clock = std::chrono::steady_clock;
 
 double ms_since(Clock::time_point start) {
   return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 // Bytes the process holds from malloc (all arenas) plus mmapped blocks: LibTorch's CPU

@@ -315,9 +315,12 @@ std::string format_bench_report(const BenchReport& r) {
   extra("train --executor threads (K workers)", r.rates.threads_train);
   extra("train --executor processes (K ranks)", r.rates.processes);
   if (!r.rates.processes_runs.empty()) {
-    auto list = [](const std::vector<double>& v) {
+    auto list = [&line](const std::vector<double>& v) {
       std::string out;
-      for (double x : v) out += c10::str(out.empty() ? "" : " ", static_cast<int64_t>(x * 10 + 0.5) / 10.0);
+      for (double x : v) {
+        std::snprintf(line, sizeof(line), out.empty() ? "%.1f" : " %.1f", x);
+        out += line;
+      }
       return out;
     };
     s += c10::str("  (train: medians of ", r.rates.processes_runs.size(), " alternated runs; threads ",
