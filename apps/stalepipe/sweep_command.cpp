@@ -12,11 +12,13 @@ Command add_sweep(CLI::App& app) {
   auto dry_run = std::make_shared<bool>(false);
   auto collect = std::make_shared<bool>(false);
   auto seeds = std::make_shared<std::vector<uint64_t>>();
+  auto names = std::make_shared<std::vector<std::string>>();
   app.add_option("file", *file, "experiment file (JSON; see docs/results.md)")->required();
   app.add_flag("--dry-run", *dry_run, "only list each run's state");
   app.add_flag("--collect", *collect, "only rebuild the tables and plots from finished runs");
   app.add_option("--seed", *seeds, "only the runs of this seed (repeatable); run one sweep per seed side by side")->delimiter(',');
-  return [file, dry_run, collect, seeds]() {
+  app.add_option("--run", *names, "only the runs of this name (repeatable)");
+  return [file, dry_run, collect, seeds, names]() {
     const auto experiment = study::load_experiment(*file);
     if (*collect) {
       study::write_results(experiment);
@@ -24,6 +26,7 @@ Command add_sweep(CLI::App& app) {
       study::SweepOptions options;
       options.dry_run = *dry_run;
       options.seeds = *seeds;
+      options.names = *names;
       const int trained = study::run_sweep(experiment, options);
       std::fprintf(stderr, "sweep: %d run(s) trained or resumed\n", trained);
     }

@@ -55,6 +55,7 @@ Command add_train(CLI::App& app) {
   app.add_option("--delay-lr-anneal-epochs", o->delay_lr_anneal_epochs(), "with --delay-aware-lr: p falls from 1 to 0 over these epochs (0: p = 1 throughout)")->capture_default_str();
   app.add_flag("--weight-prediction", o->weight_prediction(), "mitigation: forwards use weights extrapolated D updates ahead along the momentum");
   app.add_flag("--spike-compensation", o->spike_compensation(), "mitigation: momentum spike compensation for delayed gradients (Kosson et al.)");
+  app.add_flag("--fixed-weight-norm", o->fixed_weight_norm(), "mitigation: weights that feed a batch norm keep their initial norm (stale gradients inflate it)");
   app.add_option("--executor", o->executor(), "emulated (reference, one thread) | threads (one thread per partition) | processes (one rank per partition; see launch)")->capture_default_str();
   app.add_option("--devices", o->devices(), "one device per partition, e.g. cpu,cpu or cuda:0,cuda:1 (default: cpu)");
   app.add_option("--threads", o->threads(), "intra-op threads in all (0: all cores)")->capture_default_str();

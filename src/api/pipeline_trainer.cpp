@@ -162,8 +162,15 @@ PipelineTrainer::PipelineTrainer(models::Model model, PipelineOptions options)
                        .delay_aware_lr(o.delay_aware_lr())
                        .delay_lr_anneal_steps(o.delay_lr_anneal_steps())
                        .weight_prediction(o.weight_prediction())
-                       .spike_compensation(o.spike_compensation());
+                       .spike_compensation(o.spike_compensation())
+                       .fixed_weight_norm(o.fixed_weight_norm());
   pipeline_ = std::make_unique<exec::Pipeline>(model_, plan_, devices, sgd, o.loss());
+  if (o.fixed_weight_norm()) {
+    int fixed = 0;
+    for (auto* stage : pipeline_->stages()) fixed += stage->optimizer().fixed_norm_count();
+    SP_CHECK_ARG(fixed > 0, "--fixed-weight-norm: model ", model_.name,
+                 " has no bias-free conv or linear layer followed by a batch norm");
+  }
   executor_ = exec::make_executor(o.executor());
 
   // Staleness and memory as the schedule implies them, from a segment long enough to reach

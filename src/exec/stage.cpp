@@ -6,6 +6,7 @@
 #include <torch/nn/functional/loss.h>
 
 #include "stalepipe/common/error.h"
+#include "stalepipe/models/scale_invariance.h"
 
 namespace stalepipe::exec {
 
@@ -19,7 +20,8 @@ Stage::Stage(int index, int num_stages, torch::nn::Sequential module, torch::Dev
       loss_(std::move(loss)) {
   module_->to(device_);
   module_->train();
-  optimizer_ = std::make_unique<optim::Sgd>(module_->parameters(), sgd);
+  optimizer_ = std::make_unique<optim::Sgd>(module_->parameters(), sgd,
+                                            models::scale_invariant_weights(*module_));
 }
 
 torch::Tensor Stage::prepare_input(const torch::Tensor& input) const {

@@ -8,8 +8,10 @@
 
 namespace stalepipe::optim {
 
-Sgd::Sgd(std::vector<torch::Tensor> params, SgdOptions options)
-    : params_(std::move(params)), momentum_buffers_(params_.size()), options_(options) {
+Sgd::Sgd(std::vector<torch::Tensor> params, SgdOptions options,
+         const std::vector<torch::Tensor>& scale_invariant)
+    : params_(std::move(params)), momentum_buffers_(params_.size()),
+      fixed_norms_(params_.size()), options_(options) {
   SP_CHECK_ARG(options.momentum() >= 0, "--momentum must be >= 0, got ", options.momentum());
   SP_CHECK_ARG(options.weight_decay() >= 0, "--weight-decay must be >= 0, got ",
                options.weight_decay());
@@ -18,6 +20,20 @@ Sgd::Sgd(std::vector<torch::Tensor> params, SgdOptions options)
                options.momentum());
   SP_CHECK_ARG(options.delay_lr_anneal_steps() >= 0, "--delay-lr-anneal must be >= 0, got ",
                options.delay_lr_anneal_steps());
+  if (options.fixed_weight_norm()) {
+    torch::NoGradGuard no_grad;
+    for (size_t i = 0; i < params_.size(); ++i) {
+      for (const auto& w : scale_invariant) {
+        if (w.is_same(params_[i])) fixed_norms_[i] = params_[i].detach().norm().clone();
+      }
+    }
+  }
+}
+
+int Sgd::fixed_norm_count() const {
+  int count = 0;
+  for (const auto& norm : fixed_norms_) count += norm.defined();
+  return count;
 }
 
 double Sgd::effective_lr(double lr, int delay, int64_t step) const {
@@ -63,6 +79,9 @@ void Sgd::step(double lr, int delay) {
       }
     }
     weight.add_(d_p, -lr);
+    if (fixed_norms_[i].defined()) {
+      weight.mul_(fixed_norms_[i] / weight.norm());  // on the device: no sync with the host
+    }
   }
 }
 
@@ -76,6 +95,11 @@ void Sgd::save(torch::serialize::OutputArchive& archive) const {
   for (size_t i = 0; i < momentum_buffers_.size(); ++i) {
     if (momentum_buffers_[i].defined()) {
       archive.write("sgd.momentum." + std::to_string(i), momentum_buffers_[i], /*is_buffer=*/true);
+    }
+  }
+  for (size_t i = 0; i < fixed_norms_.size(); ++i) {
+    if (fixed_norms_[i].defined()) {
+      archive.write("sgd.norm." + std::to_string(i), fixed_norms_[i], /*is_buffer=*/true);
     }
   }
   archive.write("sgd.count", torch::tensor(static_cast<int64_t>(momentum_buffers_.size())),
@@ -94,6 +118,12 @@ void Sgd::load(torch::serialize::InputArchive& archive) {
       momentum_buffers_[i] = buf.to(params_[i].device()).detach();
     } else {
       momentum_buffers_[i] = torch::Tensor();
+    }
+    // A checkpoint keeps the norm fixed at the start of the run, not at the resumed weights'.
+    torch::Tensor norm;
+    if (fixed_norms_[i].defined() &&
+        archive.try_read("sgd.norm." + std::to_string(i), norm, /*is_buffer=*/true)) {
+      fixed_norms_[i] = norm.to(params_[i].device());
     }
   }
 }

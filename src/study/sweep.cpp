@@ -88,15 +88,26 @@ RunState run_state(const PlannedRun& run) {
   return RunState::kMissing;
 }
 
+namespace {
+
+template <typename T>
+bool selected(const std::vector<T>& only, const T& value) {
+  return only.empty() || std::find(only.begin(), only.end(), value) != only.end();
+}
+
+}  // namespace
+
 int run_sweep(const Experiment& experiment, const SweepOptions& options) {
+  for (const auto& name : options.names) {
+    SP_CHECK_ARG(std::any_of(experiment.runs.begin(), experiment.runs.end(),
+                             [&](const PlannedRun& run) { return run.name == name; }),
+                 "--run ", name, ": the experiment has no run of that name");
+  }
   int trained = 0;
   size_t index = 0;
   for (const auto& run : experiment.runs) {
     ++index;
-    if (!options.seeds.empty() &&
-        std::find(options.seeds.begin(), options.seeds.end(), run.seed) == options.seeds.end()) {
-      continue;
-    }
+    if (!selected(options.seeds, run.seed) || !selected(options.names, run.name)) continue;
     const RunState state = run_state(run);
     const bool done = state == RunState::kFinished || state == RunState::kDiverged;
     const char* label = state == RunState::kFinished    ? "finished"

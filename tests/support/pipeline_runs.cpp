@@ -63,7 +63,8 @@ exec::Pipeline make_pipeline(const RunSpec& spec, const models::Model& model) {
                             .weight_decay(kWeightDecay)
                             .delay_aware_lr(spec.delay_aware_lr)
                             .weight_prediction(spec.weight_prediction)
-                            .spike_compensation(spec.spike_compensation));
+                            .spike_compensation(spec.spike_compensation)
+                            .fixed_weight_norm(spec.fixed_weight_norm));
 }
 
 std::vector<torch::Tensor> run_pipeline(const RunSpec& spec) {
@@ -79,6 +80,10 @@ std::vector<torch::Tensor> run_pipeline(const RunSpec& spec) {
                 spec.switch_step, spec.steps);
   }
   return pipeline.parameters();
+}
+
+std::vector<torch::Tensor> initial_parameters(const RunSpec& spec) {
+  return build_model(spec).as_sequential()->parameters();
 }
 
 std::vector<torch::Tensor> run_reference(const RunSpec& spec) {

@@ -31,6 +31,7 @@ struct RunSpec {
   bool delay_aware_lr = false;
   bool weight_prediction = false;
   bool spike_compensation = false;
+  bool fixed_weight_norm = false;
 };
 
 // A loader over seeded synthetic 28x28 data, padded to 32x32 and normalised.
@@ -38,6 +39,9 @@ data::Loader synthetic_loader(int64_t train_size, int64_t batch_size, uint64_t s
 
 // Trains spec.steps mini-batches as one segment of the schedule; returns all parameters.
 std::vector<torch::Tensor> run_pipeline(const RunSpec& spec);
+
+// The parameters run_pipeline starts from, in the same order.
+std::vector<torch::Tensor> initial_parameters(const RunSpec& spec);
 
 // Non-pipelined reference: the whole model as one Sequential, torch::optim::SGD, the same
 // batches and learning rate. Independent of stalepipe's schedule, executors and optimizer.

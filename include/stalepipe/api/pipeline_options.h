@@ -60,11 +60,13 @@ struct PipelineOptions {
   // Staleness mitigations (optim/sgd.h has the formulas; docs/design.md, "Mitigations"):
   // each partition's gradient of delay D gets lr (1+D)^-p, p falling from 1 to 0 over
   // delay_lr_anneal_steps (0: p = 1); forwards use weights extrapolated D updates ahead along
-  // the momentum; momentum spike compensation.
+  // the momentum; momentum spike compensation; weights that feed a batch norm keep their
+  // initial norm (models/scale_invariance.h).
   TORCH_ARG(bool, delay_aware_lr) = false;
   TORCH_ARG(int64_t, delay_lr_anneal_steps) = 0;
   TORCH_ARG(bool, weight_prediction) = false;
   TORCH_ARG(bool, spike_compensation) = false;
+  TORCH_ARG(bool, fixed_weight_norm) = false;
 
   // SGD (optim/sgd.h; PyTorch's formula). The update of global step t uses lr_at(t) if set,
   // else lr. lr_at is called from worker threads: it must be a pure function of t.

@@ -24,6 +24,13 @@
 //       on the weights stays that of undelayed momentum SGD, but arrives D steps earlier;
 //   weight_prediction (SpecTrain, Chen et al. 2018; Kosson et al.'s LWP): the forward of a
 //       partition that lacks D updates uses w - D * lr * buf (see extrapolate()).
+//   fixed_weight_norm (projected SGD on the sphere; the norm constraint that Kosson et al.'s
+//       "Rotational Equilibrium", ICML 2024, use to balance effective updates): after each
+//       update, every scale-invariant weight W (models/scale_invariance.h) is rescaled to the
+//       norm it had when the optimizer was built, W = W * |W_0| / |W|. For those weights the
+//       network computes the same function, but the effective learning rate ~ lr / |W|^2
+//       stays what it was, where stale gradients would otherwise inflate |W| and all but stop
+//       the early partitions from learning (docs/results.md, issue 7).
 //
 // Threading: one instance per partition, used by one thread at a time.
 #pragma once
@@ -46,13 +53,17 @@ struct SgdOptions {
   TORCH_ARG(int64_t, delay_lr_anneal_steps) = 0;
   TORCH_ARG(bool, spike_compensation) = false;
   TORCH_ARG(bool, weight_prediction) = false;
+  TORCH_ARG(bool, fixed_weight_norm) = false;
 };
 
 class Sgd {
  public:
   // params: the tensors to update (a partition's parameters); gradients are read from
-  // param.grad(); parameters without a gradient are skipped, as in PyTorch.
-  Sgd(std::vector<torch::Tensor> params, SgdOptions options);
+  // param.grad(); parameters without a gradient are skipped, as in PyTorch. With
+  // fixed_weight_norm, the params that are also in `scale_invariant` (same tensor) keep the
+  // norm they have now; the others update as usual.
+  Sgd(std::vector<torch::Tensor> params, SgdOptions options,
+      const std::vector<torch::Tensor>& scale_invariant = {});
 
   // Applies one update with learning rate lr, in place, without touching version counters.
   // `delay` is the gradient's delay D (spike compensation); lr is used as given (pass it
@@ -74,14 +85,18 @@ class Sgd {
   const std::vector<torch::Tensor>& params() const { return params_; }
   // One per parameter; undefined until that parameter's first update.
   const std::vector<torch::Tensor>& momentum_buffers() const { return momentum_buffers_; }
+  // How many parameters keep a fixed norm (0 without fixed_weight_norm).
+  int fixed_norm_count() const;
 
-  // Saves/loads the momentum buffers under "sgd.momentum.<i>" (and which ones exist).
+  // Saves/loads the momentum buffers under "sgd.momentum.<i>" (and which ones exist), and the
+  // fixed norms under "sgd.norm.<i>".
   void save(torch::serialize::OutputArchive& archive) const;
   void load(torch::serialize::InputArchive& archive);
 
  private:
   std::vector<torch::Tensor> params_;
   std::vector<torch::Tensor> momentum_buffers_;
+  std::vector<torch::Tensor> fixed_norms_;  // per parameter: 0-dim norm to keep, or undefined
   SgdOptions options_;
 };
 

@@ -53,6 +53,8 @@ struct SweepOptions {
   // Only the runs of these seeds (empty: all). Sweeps of different seeds of one experiment
   // may run at the same time, e.g. one per core; `--collect` then tabulates them together.
   std::vector<uint64_t> seeds;
+  // Only the runs of these names (empty: all); a name the file lacks is a usage error.
+  std::vector<std::string> names;
 };
 
 // Runs what is missing or interrupted (in file order), then writes the tables and plots.

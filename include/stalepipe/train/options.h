@@ -42,6 +42,7 @@ struct TrainOptions {
   TORCH_ARG(double, delay_lr_anneal_epochs) = 0;    // p falls from 1 to 0 over these; 0 = p stays 1
   TORCH_ARG(bool, weight_prediction) = false;       // forward with weights extrapolated D updates ahead
   TORCH_ARG(bool, spike_compensation) = false;      // momentum spike compensation (Kosson et al.)
+  TORCH_ARG(bool, fixed_weight_norm) = false;       // weights feeding a batch norm keep their norm
   TORCH_ARG(std::string, executor) = "threads";     // emulated | threads
   TORCH_ARG(std::string, devices) = "";             // "cpu,cpu" ; empty = cpu everywhere
   TORCH_ARG(int, threads) = 0;                      // total intra-op threads; 0 = all cores

@@ -85,5 +85,24 @@ TEST(Mitigations, ThreadsEqualsEmulated) {
   EXPECT_FALSE(all_equal(run_pipeline(spec), plain));
 }
 
+// LeNet-5 has no batch norm: the fixed weight norm needs a ResNet.
+TEST(Mitigations, FixedWeightNormThreadsEqualsEmulatedAndKeepsConvNorms) {
+  RunSpec spec = lenet5_three_partitions();
+  spec.model = "resnet20";
+  spec.ppv = {7, 13};
+  spec.batch_size = 4;
+  spec.steps = 8;
+  spec.fixed_weight_norm = true;
+  expect_threads_equal_emulated(spec, "fixed weight norm");
+  spec.executor = "emulated";
+  const auto fixed = run_pipeline(spec);
+  spec.fixed_weight_norm = false;
+  const auto free = run_pipeline(spec);
+  const auto initial = initial_parameters(spec);
+  // The stem conv is the first parameter; it feeds a batch norm.
+  EXPECT_NEAR(fixed[0].norm().item<double>(), initial[0].norm().item<double>(), 1e-4);
+  EXPECT_GT(std::abs(free[0].norm().item<double>() - initial[0].norm().item<double>()), 1e-3);
+}
+
 }  // namespace
 }  // namespace stalepipe::test

@@ -80,5 +80,57 @@ TEST(Sgd, SaveLoadRoundTrip) {
   }
 }
 
+// fixed_weight_norm, written out by hand: the plain update, then the scale-invariant weight
+// alone is rescaled to its norm at construction; the other parameters update as usual.
+TEST(Sgd, FixedWeightNormRescalesOnlyTheScaleInvariantWeightsToTheirInitialNorm) {
+  torch::manual_seed(1);
+  torch::nn::Conv2d conv(torch::nn::Conv2dOptions(2, 3, 3).bias(false));
+  torch::nn::Linear other(2, 2);
+  std::vector<torch::Tensor> params = conv->parameters();
+  for (const auto& p : other->parameters()) params.push_back(p);
+  const double m = 0.9, lr = 0.5;
+  Sgd sgd(params, SgdOptions().momentum(m).weight_decay(0).fixed_weight_norm(true), {conv->weight});
+  EXPECT_EQ(sgd.fixed_norm_count(), 1);
+  const torch::Tensor w0 = conv->weight.detach().clone(), b0 = other->weight.detach().clone();
+  const double norm0 = w0.norm().item<double>();
+  const torch::Tensor g1 = torch::randn_like(w0), g2 = torch::randn_like(w0), h = torch::randn_like(b0);
+
+  for (const auto& g : {g1, g2}) {
+    conv->weight.mutable_grad() = g.clone();
+    other->weight.mutable_grad() = h.clone();
+    sgd.step(lr);
+    sgd.zero_grad();
+  }
+  const torch::Tensor w1 = (w0 - lr * g1) * (norm0 / (w0 - lr * g1).norm().item<double>());
+  const torch::Tensor w2_free = w1 - lr * (m * g1 + g2);
+  const torch::Tensor w2 = w2_free * (norm0 / w2_free.norm().item<double>());
+  EXPECT_TRUE(torch::allclose(conv->weight, w2, 1e-5, 1e-6));
+  EXPECT_NEAR(conv->weight.norm().item<double>(), norm0, 1e-5);
+  EXPECT_TRUE(torch::allclose(other->weight, b0 - lr * h - lr * (m * h + h), 1e-5, 1e-6));
+
+  // The norm to keep is the run's first, also after a resume from a checkpoint.
+  torch::serialize::OutputArchive out;
+  sgd.save(out);
+  std::stringstream bytes;
+  out.save_to(bytes);
+  {
+    torch::NoGradGuard no_grad;
+    conv->weight.mul_(3);
+  }
+  Sgd resumed(params, SgdOptions().momentum(m).weight_decay(0).fixed_weight_norm(true), {conv->weight});
+  torch::serialize::InputArchive in;
+  in.load_from(bytes);
+  resumed.load(in);
+  conv->weight.mutable_grad() = torch::zeros_like(w0);
+  resumed.step(lr);
+  EXPECT_NEAR(conv->weight.norm().item<double>(), norm0, 1e-5);
+}
+
+TEST(Sgd, WithoutTheFlagNoWeightKeepsItsNorm) {
+  torch::nn::Conv2d conv(torch::nn::Conv2dOptions(2, 3, 3).bias(false));
+  Sgd sgd(conv->parameters(), SgdOptions(), {conv->weight});
+  EXPECT_EQ(sgd.fixed_norm_count(), 0);
+}
+
 }  // namespace
 }  // namespace stalepipe::optim

@@ -77,6 +77,22 @@ TEST(Sweep, OneSweepPerSeedTrainsOnlyThatSeed) {
   EXPECT_NE(md.str().find("| ppv2 | lenet5 | 2 | 2 | stale | "), std::string::npos) << md.str();
 }
 
+TEST(Sweep, RunFilterTrainsOnlyTheNamedRunsAndRejectsUnknownNames) {
+  test::TempDir dir;
+  const auto ex = load_experiment(write_experiment(dir, kRuns));
+  SweepOptions only;
+  only.names = {"ppv2"};
+  only.seeds = {1};
+  EXPECT_EQ(run_sweep(ex, only), 1);
+  for (const auto& run : ex.runs) {
+    EXPECT_EQ(run_state(run), run.name == "ppv2" && run.seed == 1 ? RunState::kFinished
+                                                                   : RunState::kMissing)
+        << run.name;
+  }
+  only.names = {"ppv9"};
+  EXPECT_THROW(run_sweep(ex, only), UsageError);
+}
+
 TEST(Sweep, ResumesAnInterruptedRunToTheSameResult) {
   test::TempDir dir;
   const auto ex = load_experiment(write_experiment(dir, nlohmann::json::array({{{"name", "ppv2"}, {"pipeline", "2"}}})));

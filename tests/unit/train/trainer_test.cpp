@@ -146,6 +146,7 @@ TEST(Trainer, BadOptionsAreUsageErrors) {
   expect_usage(small().weight_prediction(true).momentum(0), "--weight-prediction extrapolates along the momentum");
   expect_usage(small().delay_lr_anneal_epochs(1), "--delay-lr-anneal-epochs needs --delay-aware-lr");
   expect_usage(small().spike_compensation(true).nesterov(true), "--spike-compensation needs plain momentum");
+  expect_usage(small().fixed_weight_norm(true), "--fixed-weight-norm: model lenet5 has no bias-free conv");
 }
 
 TEST(Trainer, NewSchedulesReportWhatTheyHold) {
