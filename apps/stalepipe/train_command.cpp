@@ -50,6 +50,7 @@ Command add_train(CLI::App& app) {
   app.add_option("--balance", o->balance(), "with --partitions: balance time (quick profile first) | params | flops")->capture_default_str();
   app.add_option("--schedule", o->schedule(), "stale (PPL-SGD) | sequential | hybrid | gpipe | 1f1b-stash (PipeDream)")->capture_default_str();
   app.add_option("--hybrid-switch", o->hybrid_switch(), "hybrid: switch to sequential after N epochs, or Ns steps (e.g. 3 or 500s)");
+  app.add_flag("--hybrid-norm-reset", o->hybrid_norm_reset(), "hybrid: at the switch, weights that feed a batch norm get back their initial norm");
   app.add_option("--micro-batches", o->micro_batches(), "gpipe: micro-batches per mini-batch")->capture_default_str();
   app.add_flag("--delay-aware-lr", o->delay_aware_lr(), "mitigation: lr * (1+D)^-p for a gradient D updates stale (PipeMare)");
   app.add_option("--delay-lr-anneal-epochs", o->delay_lr_anneal_epochs(), "with --delay-aware-lr: p falls from 1 to 0 over these epochs (0: p = 1 throughout)")->capture_default_str();

@@ -109,6 +109,8 @@ PipelineTrainer::PipelineTrainer(models::Model model, PipelineOptions options)
   SP_CHECK_ARG(o.micro_batches() == 1 || kind_ == schedule::ScheduleKind::kGPipe,
                "PipelineOptions::micro_batches ", o.micro_batches(), " applies to schedule gpipe only, not ",
                o.schedule());
+  SP_CHECK_ARG(o.schedule() == "hybrid" || !o.hybrid_norm_reset(),
+               "--hybrid-norm-reset needs --schedule hybrid");
   SP_CHECK_ARG(o.schedule() != "hybrid" || o.hybrid_switch_step() >= 0,
                "PipelineOptions::schedule hybrid needs hybrid_switch_step >= 0, got ",
                o.hybrid_switch_step());
@@ -165,10 +167,11 @@ PipelineTrainer::PipelineTrainer(models::Model model, PipelineOptions options)
                        .spike_compensation(o.spike_compensation())
                        .fixed_weight_norm(o.fixed_weight_norm());
   pipeline_ = std::make_unique<exec::Pipeline>(model_, plan_, devices, sgd, o.loss());
-  if (o.fixed_weight_norm()) {
-    int fixed = 0;
-    for (auto* stage : pipeline_->stages()) fixed += stage->optimizer().fixed_norm_count();
-    SP_CHECK_ARG(fixed > 0, "--fixed-weight-norm: model ", model_.name,
+  if (o.fixed_weight_norm() || o.hybrid_norm_reset()) {
+    int invariant = 0;
+    for (auto* stage : pipeline_->stages()) invariant += stage->optimizer().scale_invariant_count();
+    SP_CHECK_ARG(invariant > 0, o.fixed_weight_norm() ? "--fixed-weight-norm" : "--hybrid-norm-reset",
+                 ": model ", model_.name,
                  " has no bias-free conv or linear layer followed by a batch norm");
   }
   executor_ = exec::make_executor(o.executor());
@@ -218,6 +221,10 @@ exec::SegmentResult PipelineTrainer::run_segment(int64_t first, int64_t end,
     context.lr = options_.lr_at() ? options_.lr_at() : [lr](int64_t) { return lr; };
   }
   if (context.threads_per_worker.empty()) context.threads_per_worker = info_.threads_per_worker;
+  // Idempotent, so a segment restarted at the switch step resets to the same weights.
+  if (hybrid && first == switch_step && options_.hybrid_norm_reset()) {
+    for (auto* stage : pipeline_->stages()) stage->optimizer().reset_norms();
+  }
   const auto schedule =
       sequential ? schedule::make_sequential(plan_.num_partitions(), first, end)
                  : schedule::make_schedule(kind_, plan_.num_partitions(), first, end,

@@ -11,7 +11,7 @@ namespace stalepipe::optim {
 Sgd::Sgd(std::vector<torch::Tensor> params, SgdOptions options,
          const std::vector<torch::Tensor>& scale_invariant)
     : params_(std::move(params)), momentum_buffers_(params_.size()),
-      fixed_norms_(params_.size()), options_(options) {
+      initial_norms_(params_.size()), options_(options) {
   SP_CHECK_ARG(options.momentum() >= 0, "--momentum must be >= 0, got ", options.momentum());
   SP_CHECK_ARG(options.weight_decay() >= 0, "--weight-decay must be >= 0, got ",
                options.weight_decay());
@@ -20,20 +20,28 @@ Sgd::Sgd(std::vector<torch::Tensor> params, SgdOptions options,
                options.momentum());
   SP_CHECK_ARG(options.delay_lr_anneal_steps() >= 0, "--delay-lr-anneal must be >= 0, got ",
                options.delay_lr_anneal_steps());
-  if (options.fixed_weight_norm()) {
-    torch::NoGradGuard no_grad;
-    for (size_t i = 0; i < params_.size(); ++i) {
-      for (const auto& w : scale_invariant) {
-        if (w.is_same(params_[i])) fixed_norms_[i] = params_[i].detach().norm().clone();
-      }
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    for (const auto& w : scale_invariant) {
+      if (w.is_same(params_[i])) initial_norms_[i] = params_[i].detach().norm().clone();
     }
   }
 }
 
-int Sgd::fixed_norm_count() const {
+int Sgd::scale_invariant_count() const {
   int count = 0;
-  for (const auto& norm : fixed_norms_) count += norm.defined();
+  for (const auto& norm : initial_norms_) count += norm.defined();
   return count;
+}
+
+void Sgd::reset_norms() {
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (!initial_norms_[i].defined()) continue;
+    const torch::Tensor c = initial_norms_[i] / params_[i].data().norm();
+    params_[i].data().mul_(c);
+    if (momentum_buffers_[i].defined()) momentum_buffers_[i].div_(c);
+  }
 }
 
 double Sgd::effective_lr(double lr, int delay, int64_t step) const {
@@ -79,8 +87,8 @@ void Sgd::step(double lr, int delay) {
       }
     }
     weight.add_(d_p, -lr);
-    if (fixed_norms_[i].defined()) {
-      weight.mul_(fixed_norms_[i] / weight.norm());  // on the device: no sync with the host
+    if (options_.fixed_weight_norm() && initial_norms_[i].defined()) {
+      weight.mul_(initial_norms_[i] / weight.norm());  // on the device: no sync with the host
     }
   }
 }
@@ -97,9 +105,9 @@ void Sgd::save(torch::serialize::OutputArchive& archive) const {
       archive.write("sgd.momentum." + std::to_string(i), momentum_buffers_[i], /*is_buffer=*/true);
     }
   }
-  for (size_t i = 0; i < fixed_norms_.size(); ++i) {
-    if (fixed_norms_[i].defined()) {
-      archive.write("sgd.norm." + std::to_string(i), fixed_norms_[i], /*is_buffer=*/true);
+  for (size_t i = 0; i < initial_norms_.size(); ++i) {
+    if (initial_norms_[i].defined()) {
+      archive.write("sgd.norm." + std::to_string(i), initial_norms_[i], /*is_buffer=*/true);
     }
   }
   archive.write("sgd.count", torch::tensor(static_cast<int64_t>(momentum_buffers_.size())),
@@ -119,11 +127,11 @@ void Sgd::load(torch::serialize::InputArchive& archive) {
     } else {
       momentum_buffers_[i] = torch::Tensor();
     }
-    // A checkpoint keeps the norm fixed at the start of the run, not at the resumed weights'.
+    // The recorded norm is the run's first, not the resumed weights'.
     torch::Tensor norm;
-    if (fixed_norms_[i].defined() &&
+    if (initial_norms_[i].defined() &&
         archive.try_read("sgd.norm." + std::to_string(i), norm, /*is_buffer=*/true)) {
-      fixed_norms_[i] = norm.to(params_[i].device());
+      initial_norms_[i] = norm.to(params_[i].device());
     }
   }
 }

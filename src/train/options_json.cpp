@@ -15,7 +15,7 @@ namespace stalepipe::train {
   X(schedule) X(hybrid_switch) X(executor) X(devices) X(threads) X(threads_per_worker)  \
   X(out) X(checkpoint_every) X(eval_batch_size) X(progress) X(partitions) X(balance)    \
   X(trace) X(micro_batches) X(delay_aware_lr) X(delay_lr_anneal_epochs)                 \
-  X(weight_prediction) X(spike_compensation) X(fixed_weight_norm)
+  X(weight_prediction) X(spike_compensation) X(fixed_weight_norm) X(hybrid_norm_reset)
 
 nlohmann::json to_json(const TrainOptions& options) {
   nlohmann::json json;
@@ -48,7 +48,8 @@ std::string config_hash(const TrainOptions& options) {
   // checkpointed before they existed still resume.
   const nlohmann::json defaults = to_json(TrainOptions());
   for (const char* key : {"micro_batches", "delay_aware_lr", "delay_lr_anneal_epochs",
-                          "weight_prediction", "spike_compensation", "fixed_weight_norm"}) {
+                          "weight_prediction", "spike_compensation", "fixed_weight_norm",
+                          "hybrid_norm_reset"}) {
     if (json[key] == defaults[key]) json.erase(key);
   }
   std::ostringstream out;

@@ -246,7 +246,8 @@ void build(Run& run, const exec::ProcessGroupOptions* group = nullptr) {
                          .delay_lr_anneal_steps(std::llround(o.delay_lr_anneal_epochs() * run.steps_per_epoch))
                          .weight_prediction(o.weight_prediction())
                          .spike_compensation(o.spike_compensation())
-                         .fixed_weight_norm(o.fixed_weight_norm());
+                         .fixed_weight_norm(o.fixed_weight_norm())
+                         .hybrid_norm_reset(o.hybrid_norm_reset());
   run.api = std::make_unique<PipelineTrainer>(run.model, api_options);
   run.pipeline = &run.api->pipeline();
   if (processes && group) {

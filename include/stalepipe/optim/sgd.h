@@ -30,7 +30,8 @@
 //       norm it had when the optimizer was built, W = W * |W_0| / |W|. For those weights the
 //       network computes the same function, but the effective learning rate ~ lr / |W|^2
 //       stays what it was, where stale gradients would otherwise inflate |W| and all but stop
-//       the early partitions from learning (docs/results.md, issue 7).
+//       the early partitions from learning (docs/results.md, issue 7);
+//   reset_norms() does the same rescaling once, on demand (the hybrid scheme's switch).
 //
 // Threading: one instance per partition, used by one thread at a time.
 #pragma once
@@ -59,9 +60,9 @@ struct SgdOptions {
 class Sgd {
  public:
   // params: the tensors to update (a partition's parameters); gradients are read from
-  // param.grad(); parameters without a gradient are skipped, as in PyTorch. With
-  // fixed_weight_norm, the params that are also in `scale_invariant` (same tensor) keep the
-  // norm they have now; the others update as usual.
+  // param.grad(); parameters without a gradient are skipped, as in PyTorch. The params that
+  // are also in `scale_invariant` (same tensor) have their present norm recorded: with
+  // fixed_weight_norm they keep it, and reset_norms() restores it.
   Sgd(std::vector<torch::Tensor> params, SgdOptions options,
       const std::vector<torch::Tensor>& scale_invariant = {});
 
@@ -85,18 +86,23 @@ class Sgd {
   const std::vector<torch::Tensor>& params() const { return params_; }
   // One per parameter; undefined until that parameter's first update.
   const std::vector<torch::Tensor>& momentum_buffers() const { return momentum_buffers_; }
-  // How many parameters keep a fixed norm (0 without fixed_weight_norm).
-  int fixed_norm_count() const;
+  // How many parameters are scale-invariant (have a recorded norm).
+  int scale_invariant_count() const;
+
+  // Rescales each scale-invariant weight to its recorded norm, w *= c with c = |w_0| / |w|,
+  // and its momentum buffer by 1/c: the gradient at c w is g / c, so the buffer stays in the
+  // units of the gradients to come. The network computes the same function in training mode.
+  void reset_norms();
 
   // Saves/loads the momentum buffers under "sgd.momentum.<i>" (and which ones exist), and the
-  // fixed norms under "sgd.norm.<i>".
+  // recorded norms under "sgd.norm.<i>".
   void save(torch::serialize::OutputArchive& archive) const;
   void load(torch::serialize::InputArchive& archive);
 
  private:
   std::vector<torch::Tensor> params_;
   std::vector<torch::Tensor> momentum_buffers_;
-  std::vector<torch::Tensor> fixed_norms_;  // per parameter: 0-dim norm to keep, or undefined
+  std::vector<torch::Tensor> initial_norms_;  // per parameter: 0-dim recorded norm, or undefined
   SgdOptions options_;
 };
 

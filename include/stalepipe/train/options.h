@@ -36,6 +36,7 @@ struct TrainOptions {
   TORCH_ARG(std::string, balance) = "time";         // with partitions: time | params | flops
   TORCH_ARG(std::string, schedule) = "stale";       // stale | sequential | hybrid | gpipe | 1f1b-stash
   TORCH_ARG(std::string, hybrid_switch) = "";       // "N" epochs or "Ns" steps (hybrid only)
+  TORCH_ARG(bool, hybrid_norm_reset) = false;       // hybrid: BN-fed weights back to their first norm
   TORCH_ARG(int, micro_batches) = 1;                // gpipe: slices per mini-batch
   // Staleness mitigations (docs/design.md, "Mitigations"; optim/sgd.h has the formulas).
   TORCH_ARG(bool, delay_aware_lr) = false;          // lr * (1 + D)^-p per partition (PipeMare)

@@ -314,5 +314,43 @@ TEST(PipelineTrainer, BalancedPartitionsAndHybridSwitch) {
   expect_same(stepped.parameters(), reference.parameters());
 }
 
+// With hybrid_norm_reset the conv weights (each feeds a batch norm) start the sequential phase
+// at their initial norms. The phase's learning rate is 0, so the weights after it are the
+// reset ones.
+TEST(PipelineTrainer, HybridNormResetRestoresConvNormsAtTheSwitch) {
+  const auto batches = synthetic_batches(6);
+  auto conv_norms = [](const std::vector<torch::Tensor>& params) {
+    std::vector<double> norms;
+    for (const auto& p : params) {
+      if (p.dim() == 4) norms.push_back(p.norm().item<double>());
+    }
+    return norms;
+  };
+  auto train = [&](bool reset) {
+    torch::manual_seed(3);
+    PipelineTrainer trainer(models::make_model("resnet20", models::InputShape{}),
+                            PipelineOptions().ppv({7}).schedule("hybrid").hybrid_switch_step(5)
+                                .hybrid_norm_reset(reset).threads_per_worker(1)
+                                .lr_at([](int64_t t) { return t < 5 ? 0.5 : 0.0; }));
+    const auto initial = conv_norms(trainer.parameters());
+    exec::SegmentContext context;
+    context.input = [&](int64_t t) { return batches[t]; };
+    trainer.run_segment(0, 5, context);
+    const auto stale = conv_norms(trainer.parameters());
+    trainer.run_segment(5, 6, context);
+    return std::make_tuple(initial, stale, conv_norms(trainer.parameters()));
+  };
+  const auto [initial, stale, after] = train(true);
+  ASSERT_EQ(initial.size(), 19u);
+  for (size_t i = 0; i < initial.size(); ++i) EXPECT_NEAR(after[i], initial[i], 1e-4 * initial[i]) << i;
+  EXPECT_GT(std::abs(stale[0] - initial[0]), 1e-3);  // the stale phase moved them
+  const auto [initial_plain, stale_plain, after_plain] = train(false);
+  EXPECT_NEAR(after_plain[0], stale_plain[0], 1e-6);  // without the flag, nothing restores them
+  EXPECT_NE(usage_error_of([] { PipelineTrainer(models::make_model("resnet20", models::InputShape{}),
+                                                PipelineOptions().ppv({7}).hybrid_norm_reset(true)); })
+                .find("--hybrid-norm-reset needs --schedule hybrid"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace stalepipe

@@ -90,7 +90,7 @@ TEST(Sgd, FixedWeightNormRescalesOnlyTheScaleInvariantWeightsToTheirInitialNorm)
   for (const auto& p : other->parameters()) params.push_back(p);
   const double m = 0.9, lr = 0.5;
   Sgd sgd(params, SgdOptions().momentum(m).weight_decay(0).fixed_weight_norm(true), {conv->weight});
-  EXPECT_EQ(sgd.fixed_norm_count(), 1);
+  EXPECT_EQ(sgd.scale_invariant_count(), 1);
   const torch::Tensor w0 = conv->weight.detach().clone(), b0 = other->weight.detach().clone();
   const double norm0 = w0.norm().item<double>();
   const torch::Tensor g1 = torch::randn_like(w0), g2 = torch::randn_like(w0), h = torch::randn_like(b0);
@@ -126,10 +126,23 @@ TEST(Sgd, FixedWeightNormRescalesOnlyTheScaleInvariantWeightsToTheirInitialNorm)
   EXPECT_NEAR(conv->weight.norm().item<double>(), norm0, 1e-5);
 }
 
-TEST(Sgd, WithoutTheFlagNoWeightKeepsItsNorm) {
+TEST(Sgd, WithoutTheFlagWeightsLeaveTheirNormUntilResetNorms) {
+  torch::manual_seed(2);
   torch::nn::Conv2d conv(torch::nn::Conv2dOptions(2, 3, 3).bias(false));
-  Sgd sgd(conv->parameters(), SgdOptions(), {conv->weight});
-  EXPECT_EQ(sgd.fixed_norm_count(), 0);
+  Sgd sgd(conv->parameters(), SgdOptions().momentum(0.9).weight_decay(0), {conv->weight});
+  const double norm0 = conv->weight.norm().item<double>();
+  const torch::Tensor g = torch::randn_like(conv->weight);
+  conv->weight.mutable_grad() = g.clone();
+  sgd.step(1.0);
+  const torch::Tensor moved = conv->weight.detach().clone();
+  const double c = norm0 / moved.norm().item<double>();
+  ASSERT_GT(std::abs(c - 1), 1e-3);  // the step changed the norm
+  sgd.reset_norms();
+  EXPECT_TRUE(torch::allclose(conv->weight, moved * c, 1e-5, 1e-6));
+  // The buffer (= g after one step) is now in the units of gradients at the rescaled weights.
+  EXPECT_TRUE(torch::allclose(sgd.momentum_buffers()[0], g / c, 1e-5, 1e-6));
+  sgd.reset_norms();  // idempotent
+  EXPECT_TRUE(torch::allclose(conv->weight, moved * c, 1e-5, 1e-6));
 }
 
 }  // namespace
