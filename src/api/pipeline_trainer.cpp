@@ -221,7 +221,8 @@ exec::SegmentResult PipelineTrainer::run_segment(int64_t first, int64_t end,
     context.lr = options_.lr_at() ? options_.lr_at() : [lr](int64_t) { return lr; };
   }
   if (context.threads_per_worker.empty()) context.threads_per_worker = info_.threads_per_worker;
-  // Idempotent, so a segment restarted at the switch step resets to the same weights.
+  // At the start of the first sequential segment; a checkpoint at the switch step is written
+  // before it, so a resumed run resets exactly where an uninterrupted one does.
   if (hybrid && first == switch_step && options_.hybrid_norm_reset()) {
     for (auto* stage : pipeline_->stages()) stage->optimizer().reset_norms();
   }

@@ -41,8 +41,8 @@ struct PipelineOptions {
   TORCH_ARG(std::string, schedule) = "stale";
   TORCH_ARG(int64_t, hybrid_switch_step) = -1;  // global step; required (>= 0) with "hybrid"
   // Hybrid only: at the switch, every weight that feeds a batch norm is rescaled to its norm
-  // at the start (optim::Sgd::reset_norms): stale training inflates those norms, which would
-  // leave the non-pipelined phase with a tiny effective learning rate (docs/design.md).
+  // at the start (optim::Sgd::reset_norms): stale training inflates those norms, and so
+  // shrinks the non-pipelined phase's effective learning rate (docs/design.md).
   TORCH_ARG(bool, hybrid_norm_reset) = false;
 
   // "threads" (one thread per partition: the real concurrent pipeline) or "emulated" (one

@@ -3,7 +3,7 @@
 // A conv or linear layer without bias that feeds a batch norm is scale-invariant in training
 // mode: BN(c * W x) = BN(W x) for any c > 0. SGD still changes such a weight's norm, and its
 // norm sets its effective learning rate (the update's angle is ~ lr / |W|^2). Stale gradients
-// inflate these norms (docs/results.md, issue 7), which is what --fixed-weight-norm undoes.
+// inflate these norms (docs/results.md); --fixed-weight-norm and --hybrid-norm-reset act on them.
 #pragma once
 
 #include <vector>

@@ -29,8 +29,8 @@
 //       update, every scale-invariant weight W (models/scale_invariance.h) is rescaled to the
 //       norm it had when the optimizer was built, W = W * |W_0| / |W|. For those weights the
 //       network computes the same function, but the effective learning rate ~ lr / |W|^2
-//       stays what it was, where stale gradients would otherwise inflate |W| and all but stop
-//       the early partitions from learning (docs/results.md, issue 7);
+//       stays what it was; stale gradients inflate |W| (measured in docs/results.md, where
+//       keeping it fixed turns out not to help a stale ResNet-20);
 //   reset_norms() does the same rescaling once, on demand (the hybrid scheme's switch).
 //
 // Threading: one instance per partition, used by one thread at a time.
