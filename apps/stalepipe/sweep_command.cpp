@@ -13,13 +13,16 @@ Command add_sweep(CLI::App& app) {
   auto collect = std::make_shared<bool>(false);
   auto seeds = std::make_shared<std::vector<uint64_t>>();
   auto names = std::make_shared<std::vector<std::string>>();
+  auto overrides = std::make_shared<study::ExperimentOverrides>();
   app.add_option("file", *file, "experiment file (JSON; see docs/results.md)")->required();
   app.add_flag("--dry-run", *dry_run, "only list each run's state");
   app.add_flag("--collect", *collect, "only rebuild the tables and plots from finished runs");
   app.add_option("--seed", *seeds, "only the runs of this seed (repeatable); run one sweep per seed side by side")->delimiter(',');
   app.add_option("--run", *names, "only the runs of this name (repeatable)");
-  return [file, dry_run, collect, seeds, names]() {
-    const auto experiment = study::load_experiment(*file);
+  app.add_option("--data", overrides->data, "every run on this data set instead (e.g. mnist:DIR, cifar10:DIR); needs --out");
+  app.add_option("--out", overrides->out, "results folder instead of the file's \"out\"");
+  return [file, dry_run, collect, seeds, names, overrides]() {
+    const auto experiment = study::load_experiment(*file, *overrides);
     if (*collect) {
       study::write_results(experiment);
     } else {

@@ -34,8 +34,10 @@ void merge_options(nlohmann::json& into, const nlohmann::json& from, const std::
 
 }  // namespace
 
-Experiment load_experiment(const std::string& path) {
+Experiment load_experiment(const std::string& path, const ExperimentOverrides& overrides) {
   SP_CHECK_ARG(fs::exists(path), "sweep ", path, ": no such file");
+  SP_CHECK_ARG(overrides.data.empty() || !overrides.out.empty(), "sweep --data ", overrides.data,
+               " needs --out: results on other data must not share ", path, "'s results folder");
   nlohmann::json file;
   try {
     file = read_json_file(path);
@@ -47,7 +49,9 @@ Experiment load_experiment(const std::string& path) {
   try {
     const fs::path base = fs::path(path).parent_path();
     const std::string out = file.at("out").get<std::string>();
-    ex.out = fs::path(out).is_absolute() ? out : (base / out).lexically_normal().string();
+    ex.out = !overrides.out.empty()      ? overrides.out
+             : fs::path(out).is_absolute() ? out
+                                           : (base / out).lexically_normal().string();
     const auto seeds = file.value("seeds", std::vector<uint64_t>{1});
     SP_CHECK_ARG(!seeds.empty(), path, ": \"seeds\" is empty");
     const nlohmann::json known = train::to_json(train::TrainOptions());
@@ -62,6 +66,7 @@ Experiment load_experiment(const std::string& path) {
       SP_CHECK_ARG(names.insert(name).second, path, ": run name '", name, "' appears twice");
       nlohmann::json options = defaults;
       merge_options(options, run, path + ": run " + name, known);
+      if (!overrides.data.empty()) options["data"] = overrides.data;
       for (uint64_t seed : seeds) {
         PlannedRun planned;
         planned.name = name;
@@ -82,6 +87,13 @@ Experiment load_experiment(const std::string& path) {
 }
 
 RunState run_state(const PlannedRun& run) {
+  const fs::path config = fs::path(run.options.out()) / "config.json";
+  if (fs::exists(config)) {
+    const auto trained = train::options_from_json(read_json_file(config.string()), config.string());
+    SP_CHECK_ARG(train::config_hash(trained) == train::config_hash(run.options), run.options.out(),
+                 " holds a run with other settings than the experiment file now gives for ",
+                 run.name, " seed ", run.seed, "; move that folder away (or restore the file)");
+  }
   if (fs::exists(fs::path(run.options.out()) / "summary.json")) return RunState::kFinished;
   if (fs::exists(fs::path(run.options.out()) / "diverged.json")) return RunState::kDiverged;
   if (train::has_checkpoint(run.options.out())) return RunState::kInterrupted;

@@ -40,11 +40,21 @@ struct Experiment {
   std::vector<PlannedRun> runs;
 };
 
+// What the command line may change in an experiment file, so that the same file runs on
+// other data (e.g. data "cifar10:/dir" with out "results/cifar"). Empty: as in the file.
+struct ExperimentOverrides {
+  std::string data;  // every run's data set; needs `out`, so the results do not mix
+  std::string out;   // the results folder (relative to the working directory)
+};
+
 // Parses and validates an experiment file. Throws UsageError naming the file and the bad
 // entry (unknown option name, wrong type, duplicate run name, no runs, no seeds).
-Experiment load_experiment(const std::string& path);
+Experiment load_experiment(const std::string& path, const ExperimentOverrides& overrides = {});
 
 enum class RunState { kMissing, kInterrupted, kFinished, kDiverged };
+// Throws UsageError if the run folder holds a run of other settings than `run` (its
+// config.json hashes differently): the experiment file changed since, and skipping or
+// resuming that folder would report results the file no longer describes.
 RunState run_state(const PlannedRun& run);
 
 struct SweepOptions {

@@ -128,6 +128,44 @@ TEST(Sweep, ADivergingRunIsRecordedAndTheSweepGoesOn) {
   EXPECT_NE(md.str().find("diverged (2 of 2 seeds diverged)"), std::string::npos) << md.str();
 }
 
+// The same file on other data: every run takes the data set, the results go elsewhere.
+TEST(Sweep, DataAndOutOverridesApplyToEveryRun) {
+  test::TempDir dir;
+  const std::string path = write_experiment(dir, kRuns);
+  const auto ex = load_experiment(path, ExperimentOverrides{"synthetic:64", dir.path() + "/other"});
+  EXPECT_EQ(ex.out, dir.path() + "/other");
+  for (const auto& run : ex.runs) {
+    EXPECT_EQ(run.options.data(), "synthetic:64");
+    EXPECT_EQ(fs::path(run.options.out()).parent_path().string(), dir.path() + "/other");
+  }
+  try {
+    load_experiment(path, ExperimentOverrides{"synthetic:64", ""});
+    ADD_FAILURE();
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("--data synthetic:64 needs --out"), std::string::npos) << e.what();
+  }
+}
+
+// A finished run of other settings is not silently taken for the edited file's.
+TEST(Sweep, AFolderOfOtherSettingsIsAnErrorNotASkip) {
+  test::TempDir dir;
+  const std::string path = write_experiment(dir, kRuns);
+  SweepOptions baseline_seed1;
+  baseline_seed1.names = {"baseline"};
+  baseline_seed1.seeds = {1};
+  EXPECT_EQ(run_sweep(load_experiment(path), baseline_seed1), 1);
+  auto edited = kRuns;
+  edited[0]["lr"] = 0.5;
+  const auto ex = load_experiment(write_experiment(dir, edited));
+  try {
+    run_state(ex.runs[0]);
+    ADD_FAILURE();
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("holds a run with other settings"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(run_state(ex.runs[1]), RunState::kMissing);  // seed 2 never ran
+}
+
 TEST(Sweep, BadExperimentFilesAreUsageErrors) {
   test::TempDir dir;
   EXPECT_THROW(load_experiment(dir.path() + "/none.json"), UsageError);
