@@ -7,7 +7,6 @@ checkpoint is read. Prints one CSV line per run: run, then the Frobenius norm of
 (conv) weight. Needs Debian's python3-torch (/usr/bin/python3), which reads the shards that
 torch::save wrote.
 """
-import glob
 import json
 import os
 import sys

@@ -51,6 +51,34 @@ TEST(Cli, UsageErrorsExitTwo) {
   expect_one_line_error(run_cli(with(kSmallRun, {"--schedule", "pipedream"})), 2, "expected stale, sequential, hybrid, gpipe or 1f1b-stash");
 }
 
+TEST(Cli, NormMitigationsNeedABatchNormModelAndTheHybridSchedule) {
+  expect_one_line_error(run_cli(with(kSmallRun, {"--fixed-weight-norm"})), 2,
+                        "--fixed-weight-norm: model lenet5 has no bias-free conv or linear layer followed by a batch norm");
+  expect_one_line_error(run_cli(with(kSmallRun, {"--hybrid-norm-reset"})), 2,
+                        "--hybrid-norm-reset needs --schedule hybrid");
+}
+
+TEST(Cli, SweepBadSelectionsAndChangedFilesExitTwo) {
+  TempDir dir;
+  const std::string file = dir.path() + "/tiny.json";
+  auto write = [&](double lr) {
+    std::ofstream(file) << nlohmann::json{
+        {"out", "results"},
+        {"seeds", {1}},
+        {"defaults", {{"model", "lenet5"}, {"data", "synthetic:64"}, {"epochs", 1}, {"batch_size", 32},
+                      {"lr", lr}, {"threads", 1}, {"progress", "none"}}},
+        {"runs", {{{"name", "baseline"}, {"baseline", true}}}}}.dump();
+  };
+  write(0.05);
+  expect_one_line_error(run_cli({"sweep", file, "--run", "ppv9"}), 2,
+                        "--run ppv9: the experiment has no run of that name");
+  expect_one_line_error(run_cli({"sweep", file, "--data", "mnist:/somewhere"}), 2,
+                        "--data mnist:/somewhere needs --out");
+  ASSERT_EQ(run_cli({"sweep", file}).status, 0);
+  write(0.5);  // the finished run no longer matches the file
+  expect_one_line_error(run_cli({"sweep", file, "--dry-run"}), 2, "holds a run with other settings");
+}
+
 TEST(Cli, ADivergingRunExitsOneWithTheCauseAndAnIntactCheckpoint) {
   TempDir dir;
   const auto r = run_cli(with(kSmallRun, {"--lr", "0.01", "--lr-schedule", "step", "--lr-milestones", "1",
