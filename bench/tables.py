@@ -3,7 +3,7 @@
 
 Run:    /usr/bin/python3 bench/tables.py results/bench > results/bench/table.md
 Prints: the speed table (images/s of every configuration, stalepipe and PyTorch), the ratios
-with the issue's targets, the memory table (the paper's Table 9 beside ours) and the
+with the issue's targets, the ceiling (K independent runs at once) where measured, the memory table (the paper's Table 9 beside ours) and the
 per-partition memory (predicted vs measured). Missing files leave their rows out.
 Standard library only (no PyTorch needed).
 """
@@ -81,6 +81,17 @@ def main():
             cells.append(f"{c['value']:.2f} {'pass' if c['status'] == 'pass' else 'MISS'}")
         cells += ["-"] * (len(header) + len(peer_names) - len(cells))
         print(f"| {model} ({b['ppv']}) | " + " | ".join(cells) + " |")
+
+    ceiling_rows = [(model, b) for model, b, _ in ratio_rows if b["rates"].get("side_by_side")]
+    if ceiling_rows:
+        print("\n### the hardware's ceiling: the pipeline's workers side by side, without the pipeline\n")
+        print("| model (PPV) | non-pip. 1 thr | K runs at once (summed) | ceiling (x 1 thr) | stale pipeline | "
+              "pipeline / ceiling |")
+        print("|---|---|---|---|---|---|")
+    for model, b in ceiling_rows:
+        r, q = b["rates"], b["ratios"]
+        print(f"| {model} ({b['ppv']}) | {f1(r['one_thread'])} | {f1(r['side_by_side'])} | "
+              f"{f2(q['side_by_side_vs_one_thread'])} | {f1(r['pipeline'])} | {f2(q['pipeline_vs_side_by_side'])} |")
 
     print("\n### memory of 4-stage (K=2) training over non-pipelined (Table 9)\n")
     print("| network | PPV | batch | activations/sample (MB) | weights (MB) | stashing (PipeDream), computed | "

@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <exception>
 #include <limits>
+#include <memory>
 #include <thread>
 
 #include <ATen/Parallel.h>
@@ -49,15 +51,28 @@ struct RunOutcome {
   std::vector<torch::Tensor> parameters;
 };
 
-// One configuration: fresh seeded model -> Pipeline -> warm-up segment -> measured segment.
-RunOutcome measure(const Setup& setup, const std::vector<int>& ppv, schedule::ScheduleKind kind,
-                   const std::string& executor_name, int threads_per_worker) {
+// A configuration's model and pipeline, built from the seed before anything is timed.
+struct Rig {
+  models::Model model;  // owns the units' modules, which the pipeline shares
+  std::unique_ptr<exec::Pipeline> pipeline;
+};
+
+Rig build_rig(const Setup& setup, const std::vector<int>& ppv) {
+  torch::manual_seed(setup.options.seed());
+  Rig rig{models::make_model(setup.options.model(), setup.input), nullptr};
+  const auto plan = partition::make_plan(rig.model, ppv);
+  rig.pipeline = std::make_unique<exec::Pipeline>(
+      rig.model, plan, std::vector<torch::Device>(plan.num_partitions(), torch::kCPU), bench_sgd());
+  return rig;
+}
+
+// Warm-up segment, then the measured segment, on the calling thread.
+RunOutcome run_rig(const Setup& setup, Rig& rig, const std::vector<int>& ppv,
+                   schedule::ScheduleKind kind, const std::string& executor_name,
+                   int threads_per_worker) {
   const BenchOptions& o = setup.options;
-  torch::manual_seed(o.seed());
-  auto model = models::make_model(o.model(), setup.input);
-  const auto plan = partition::make_plan(model, ppv);
-  const int K = plan.num_partitions();
-  exec::Pipeline pipeline(model, plan, std::vector<torch::Device>(K, torch::kCPU), bench_sgd());
+  exec::Pipeline& pipeline = *rig.pipeline;
+  const int K = pipeline.num_stages();
   auto executor = exec::make_executor(executor_name);
 
   std::vector<double> completions;
@@ -93,6 +108,49 @@ RunOutcome measure(const Setup& setup, const std::vector<int>& ppv, schedule::Sc
   return out;
 }
 
+// One configuration: fresh seeded model -> Pipeline -> warm-up segment -> measured segment.
+RunOutcome measure(const Setup& setup, const std::vector<int>& ppv, schedule::ScheduleKind kind,
+                   const std::string& executor_name, int threads_per_worker) {
+  Rig rig = build_rig(setup, ppv);
+  return run_rig(setup, rig, ppv, kind, executor_name, threads_per_worker);
+}
+
+// `workers` independent non-pipelined models trained at once, each on its own thread with
+// `threads_each` intra-op threads: the pipeline's workers without the pipeline, sharing nothing
+// but the hardware (caches, memory bandwidth). Their summed rate is the most any scheme of
+// those workers can reach here, the stale pipeline included.
+Measurement measure_side_by_side(const Setup& setup, int workers, int threads_each) {
+  std::vector<Rig> rigs;
+  for (int w = 0; w < workers; ++w) rigs.push_back(build_rig(setup, {}));  // seeding is global
+  std::vector<Measurement> each(workers);
+  std::vector<std::exception_ptr> errors(workers);
+  std::vector<std::thread> threads;
+  for (int w = 0; w < workers; ++w) {
+    threads.emplace_back([&, w] {
+      try {
+        each[w] = run_rig(setup, rigs[w], {}, schedule::ScheduleKind::kSequential, "emulated",
+                          threads_each)
+                      .measurement;
+      } catch (...) {
+        errors[w] = std::current_exception();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (auto& e : errors) {
+    if (e) std::rethrow_exception(e);
+  }
+  Measurement total = each[0];
+  total.partitions = workers;
+  total.threads_per_worker.assign(workers, threads_each);
+  total.images_per_second = total.segment_images_per_second = 0;
+  for (const auto& m : each) {
+    total.images_per_second += m.images_per_second;
+    total.segment_images_per_second += m.segment_images_per_second;
+  }
+  return total;
+}
+
 void check_options(const BenchOptions& o, int K) {
   SP_CHECK_ARG(o.batch_size() >= 1, "--batch-size must be >= 1, got ", o.batch_size());
   SP_CHECK_ARG(o.channels() >= 1 && o.channels() <= 64, "--channels must be 1..64, got ", o.channels());
@@ -116,6 +174,8 @@ BenchRatios compute_ratios(const BenchRates& r) {
   q.emulated_vs_non_pipelined = ratio(r.emulated, r.non_pipelined_same_threads);
   q.simulated_vs_measured = ratio(r.simulated, r.pipeline);
   q.processes_vs_threads = ratio(r.processes, r.threads_train);
+  q.side_by_side_vs_one_thread = ratio(r.side_by_side, r.one_thread);
+  q.pipeline_vs_side_by_side = ratio(r.pipeline, r.side_by_side);
   return q;
 }
 
@@ -260,6 +320,11 @@ BenchReport run_bench(const BenchOptions& o, const std::function<void(const std:
                                c10::str("stale pipeline, emulated executor, ", per_worker,
                                         " thread(s)"));
   report.rates.emulated = emulated.measurement.images_per_second;
+  const auto side = measure_side_by_side(setup, K, per_worker);
+  report.rates.side_by_side =
+      record({side, {}}, "side_by_side",
+             c10::str(K, " non-pipelined runs at once, ", per_worker, " thread(s) each"))
+          .measurement.images_per_second;
   if (per_worker == 1) {
     report.rates.non_pipelined_same_threads = report.rates.one_thread;
   } else if (per_worker == T) {
@@ -326,6 +391,12 @@ std::string format_bench_report(const BenchReport& r) {
     s += c10::str("  (train: medians of ", r.rates.processes_runs.size(), " alternated runs; threads ",
                   list(r.rates.threads_train_runs), ", processes ", list(r.rates.processes_runs), ")\n");
   }
+  if (r.rates.side_by_side > 0) {
+    s += c10::str("\nceiling: the pipeline's ", r.partitions, " workers run side by side, without the pipeline, at ",
+                  std::round(100 * r.ratios.side_by_side_vs_one_thread) / 100,
+                  "x one thread; the pipeline reaches ",
+                  std::round(1000 * r.ratios.pipeline_vs_side_by_side) / 10, "% of that\n");
+  }
   s += c10::str("\ncheck: pipeline and emulated weights ",
                 r.executors_agree ? "bit-identical" : "DIFFER (bug)", "\n\ntargets:\n");
   for (const auto& t : r.targets) {
@@ -364,6 +435,7 @@ std::string to_json(const BenchReport& r) {
                 {"simulated", r.rates.simulated},
                 {"processes", r.rates.processes},
                 {"threads_train", r.rates.threads_train},
+                {"side_by_side", r.rates.side_by_side},
                 {"processes_runs", r.rates.processes_runs},
                 {"threads_train_runs", r.rates.threads_train_runs}};
   j["ratios"] = {{"pipeline_vs_one_thread", r.ratios.pipeline_vs_one_thread},
@@ -371,7 +443,9 @@ std::string to_json(const BenchReport& r) {
                  {"pipeline_vs_bound", r.ratios.pipeline_vs_bound},
                  {"emulated_vs_non_pipelined", r.ratios.emulated_vs_non_pipelined},
                  {"simulated_vs_measured", r.ratios.simulated_vs_measured},
-                 {"processes_vs_threads", r.ratios.processes_vs_threads}};
+                 {"processes_vs_threads", r.ratios.processes_vs_threads},
+                 {"side_by_side_vs_one_thread", r.ratios.side_by_side_vs_one_thread},
+                 {"pipeline_vs_side_by_side", r.ratios.pipeline_vs_side_by_side}};
   auto& targets = j["targets"] = nlohmann::json::array();
   for (const auto& t : r.targets) {
     targets.push_back({{"name", t.name},

@@ -139,8 +139,12 @@ TEST(Cli, BenchAndMemoryReport) {
   const auto j = nlohmann::json::parse(std::ifstream(dir.path() + "/bench.json"));
   EXPECT_TRUE(j.at("executors_agree").get<bool>());
   EXPECT_EQ(j.at("partitions").get<int>(), 2);
-  EXPECT_EQ(j.at("measurements").size(), 4u);  // 1 thread, 2 threads, pipeline, emulated
-  for (const char* rate : {"one_thread", "all_threads", "pipeline", "emulated", "bound", "simulated"}) {
+  // 1 thread, 2 threads, pipeline, emulated, the pipeline's 2 workers side by side
+  EXPECT_EQ(j.at("measurements").size(), 5u);
+  EXPECT_EQ(j.at("measurements")[4].at("key"), "side_by_side");
+  EXPECT_NE(bench.out.find("ceiling: the pipeline's 2 workers run side by side"), std::string::npos);
+  for (const char* rate : {"one_thread", "all_threads", "pipeline", "emulated", "bound", "simulated",
+                           "side_by_side"}) {
     EXPECT_GT(j.at("rates").at(rate).get<double>(), 0) << rate;
   }
   EXPECT_EQ(j.at("targets").size(), 6u);

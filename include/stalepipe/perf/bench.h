@@ -8,7 +8,11 @@
 //   pipeline       stale schedule, threads executor, K workers with threads/K threads each;
 //   emulated       the same stale pipeline on the emulated executor (one op at a time);
 //   same_threads   non-pipelined with threads/K threads, measured only when threads/K is
-//                  neither 1 nor `threads` (the emulator's fair comparison).
+//                  neither 1 nor `threads` (the emulator's fair comparison);
+//   side_by_side   K independent non-pipelined models trained at once on K threads with
+//                  threads/K threads each: the pipeline's workers without the pipeline. The
+//                  summed rate is what the hardware gives K such workers (they contend for
+//                  caches and memory bandwidth), the ceiling of the pipeline's rate.
 // Each runs warmup_steps mini-batches as one segment, then `steps` as a second segment. The
 // rate reported is the steady state of the second segment: the last worker's loss
 // completions from index 2K to steps-1-2K (skipping fill and drain, as sim::simulate's
@@ -54,7 +58,7 @@ struct BenchOptions {
 
 // One configuration's result.
 struct Measurement {
-  std::string key;                    // one_thread | all_threads | pipeline | emulated | same_threads
+  std::string key;  // one_thread | all_threads | pipeline | emulated | same_threads | side_by_side
   std::string label;                  // human-readable, e.g. "stale pipeline, threads, 2 x 1 thread"
   std::string executor;               // emulated | threads
   int partitions = 1;
@@ -85,6 +89,7 @@ struct BenchRates {
   double simulated = 0;
   double processes = 0;       // `train --executor processes` on K ranks (bench --processes)
   double threads_train = 0;   // the same `train` run with the threads executor
+  double side_by_side = 0;    // K independent non-pipelined runs at once, summed
   // Each of the alternated runs behind the two rates above (their medians).
   std::vector<double> processes_runs, threads_train_runs;
 };
@@ -96,6 +101,9 @@ struct BenchRatios {
   double emulated_vs_non_pipelined = 0;  // against non_pipelined_same_threads
   double simulated_vs_measured = 0;      // simulated / pipeline
   double processes_vs_threads = 0;
+  // Not targets: how far the hardware lets K workers go, and how much of it the pipeline uses.
+  double side_by_side_vs_one_thread = 0;
+  double pipeline_vs_side_by_side = 0;
 };
 
 // Ratios of measured rates; a ratio whose denominator or numerator is 0 is 0.

@@ -55,6 +55,7 @@ BenchRates good_rates() {
   r.simulated = 98;
   r.processes = 90;
   r.threads_train = 95;
+  r.side_by_side = 100;
   return r;
 }
 
@@ -66,6 +67,8 @@ TEST(Bench, RatiosOfGivenRates) {
   EXPECT_DOUBLE_EQ(q.emulated_vs_non_pipelined, 0.98);
   EXPECT_DOUBLE_EQ(q.simulated_vs_measured, 98.0 / 95.0);
   EXPECT_DOUBLE_EQ(q.processes_vs_threads, 90.0 / 95.0);
+  EXPECT_DOUBLE_EQ(q.side_by_side_vs_one_thread, 2.0);
+  EXPECT_DOUBLE_EQ(q.pipeline_vs_side_by_side, 0.95);
   for (const auto& t : check_targets(q)) EXPECT_TRUE(t.pass()) << t.name << " " << t.value;
 }
 
