@@ -14,6 +14,7 @@
 # ResNet-110 dominates the time (each configuration trains 3 + 20 mini-batches of 128).
 # Environment: OUT (folder), STEPS (measured steps, default 20), WARMUP (default 3), BATCH
 # (default 128), SPECS (model:paper-PPV list), MEMSPECS (model:PPV:channels list; empty: none),
+# PLACEMENTS (default "k2 paper"; "k2" alone where the balanced cut is the paper's),
 # SKIP_PEERS=1 (no PyTorch), SKIP_PROCESSES=1 (no processes executor), SKIP_MICRO=1.
 # A smoke test of the script itself (a minute; numbers meaningless):
 #     OUT=/tmp/smoke BATCH=16 STEPS=10 WARMUP=1 SPECS=lenet5:2 MEMSPECS=lenet5:2:1 SKIP_MICRO=1 bench/run_all.sh
@@ -26,6 +27,11 @@ WARMUP=${WARMUP:-3}
 BATCH=${BATCH:-128}
 SPECS=${SPECS-"lenet5:2 resnet56:19 resnet110:37"}  # set but empty: none
 MEMSPECS=${MEMSPECS-"lenet5:2:1 alexnet:3:3 vgg16:2:3 resnet20:7:3"}
+PLACEMENTS=${PLACEMENTS:-"k2 paper"}
+for placement in $PLACEMENTS; do
+  [[ $placement == k2 || $placement == paper ]] ||
+    { echo "run_all: PLACEMENTS=\"$PLACEMENTS\": expected k2 and/or paper, got $placement" >&2; exit 2; }
+done
 [[ -x $SP ]] || { echo "run_all: $SP is missing; run scripts/build.sh first" >&2; exit 2; }
 if [[ -z ${SKIP_PEERS:-} ]] && ! /usr/bin/python3 -c "import torch" 2>/dev/null; then
   echo "run_all: PyTorch is missing; run scripts/setup-peers.sh first (or SKIP_PEERS=1)" >&2
@@ -36,7 +42,7 @@ mkdir -p "$OUT"
 # Appended, one block per invocation: a partial rerun (SPECS=resnet110:37 MEMSPECS=) keeps the
 # record of the runs behind the other files.
 {
-  echo "--- SPECS=\"$SPECS\" MEMSPECS=\"$MEMSPECS\" STEPS=$STEPS WARMUP=$WARMUP BATCH=$BATCH"
+  echo "--- SPECS=\"$SPECS\" MEMSPECS=\"$MEMSPECS\" PLACEMENTS=\"$PLACEMENTS\" STEPS=$STEPS WARMUP=$WARMUP BATCH=$BATCH"
   echo "date: $(date -Is)"
   echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | xargs), $(nproc) cores"
   echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
@@ -50,14 +56,18 @@ processes=(--processes)
 for spec in $SPECS; do
   model=${spec%%:*}
   paper=${spec##*:}
-  echo "== $model: 2 partitions balanced by time" >&2
-  $SP bench --model "$model" --partitions 2 --balance time --batch-size "$BATCH" --warmup-steps "$WARMUP" --steps "$STEPS" \
-    "${processes[@]}" --json "$OUT/$model-k2.json" | tee "$OUT/$model-k2.txt"
-  echo "== $model: the paper's placement --pipeline $paper" >&2
-  $SP bench --model "$model" --pipeline "$paper" --batch-size "$BATCH" --warmup-steps "$WARMUP" --steps "$STEPS" \
-    --json "$OUT/$model-paper.json" | tee "$OUT/$model-paper.txt"
+  if [[ " $PLACEMENTS " == *" k2 "* ]]; then
+    echo "== $model: 2 partitions balanced by time" >&2
+    $SP bench --model "$model" --partitions 2 --balance time --batch-size "$BATCH" --warmup-steps "$WARMUP" --steps "$STEPS" \
+      "${processes[@]}" --json "$OUT/$model-k2.json" | tee "$OUT/$model-k2.txt"
+  fi
+  if [[ " $PLACEMENTS " == *" paper "* ]]; then
+    echo "== $model: the paper's placement --pipeline $paper" >&2
+    $SP bench --model "$model" --pipeline "$paper" --batch-size "$BATCH" --warmup-steps "$WARMUP" --steps "$STEPS" \
+      --json "$OUT/$model-paper.json" | tee "$OUT/$model-paper.txt"
+  fi
   if [[ -z ${SKIP_PEERS:-} ]]; then
-    for placement in k2 paper; do
+    for placement in $PLACEMENTS; do
       echo "== $model: PyTorch peers, partitions of $model-$placement" >&2
       /usr/bin/python3 bench/peers.py --stalepipe-json "$OUT/$model-$placement.json" \
         --warmup-steps "$WARMUP" --steps "$STEPS" --json "$OUT/peers-$model-$placement.json" \
