@@ -1,11 +1,14 @@
 // Per-unit cost profile: what `stalepipe profile` prints (as `caffe time` does) and what the
 // balanced partitioner (balance.h) and the simulator (sim/simulate.h) read.
 //
-// Each unit is measured on its own, in training mode, on the device of the model's first
-// parameter (CPU for the zoo): a forward of a leaf input that requires grad (the input a
-// pipeline register hands over; for the first unit plain data, as exec::Stage feeds it, so no
-// input gradient is timed there), then a backward from a ones-like output gradient. Times are
-// steady_clock wall times in milliseconds, the median over `repeats` runs after `warmup` runs.
+// Units are measured inside whole training steps, in training mode, on the device of the
+// model's first parameter (CPU for the zoo): a forward through all units one after another,
+// then one backward from a ones-like gradient of the last output. A unit's forward time is the
+// wall time of its forward call; its backward time runs from the moment the gradient of its
+// output is ready to the moment the gradient of its input is (tensor hooks on the outputs;
+// the first unit's input is plain data, as exec::Stage feeds it, so its backward ends with
+// the step). Times are steady_clock wall times in milliseconds, the median over `repeats`
+// steps after `warmup` steps.
 //
 // Memory, per mini-batch of batch_size samples:
 //   output_bytes     - the unit's output tensor (what a pipeline register after it carries);
