@@ -4,7 +4,8 @@
 Run (after scripts/setup-peers.sh):
     /usr/bin/python3 bench/peers.py --model resnet56 --pipeline 19 --json results/bench/peers-resnet56.json
     /usr/bin/python3 bench/peers.py --stalepipe-json results/bench/resnet56-k2.json --json out.json
-Prints one line per configuration with images/s after warm-up:
+Prints one line per configuration with images/s after warm-up (with --rounds N, one per round
+and then the medians, as `stalepipe bench --rounds N`):
     plain training with 1 thread and with all cores (torch.set_num_threads),
     torch.distributed.pipeline.sync.Pipe (the GPipe schedule: micro-batches, then a flush) over
     the same partitions as ours, for each --chunks value (micro-batches per mini-batch).
@@ -26,6 +27,7 @@ as it is, measured with the same total threads as stalepipe's pipeline.
 import argparse
 import json
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -227,6 +229,8 @@ def main():
     ap.add_argument("--chunks", default="1,4", help="Pipe micro-batches per mini-batch, a list")
     ap.add_argument("--warmup-steps", type=int, default=3)
     ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--rounds", type=int, default=1, help="alternated runs of every configuration; "
+                    "medians are reported")
     ap.add_argument("--stalepipe-json", help="a `stalepipe bench --json` file: take model, batch, "
                     "channels and PPV from it and compare")
     ap.add_argument("--json", help="write the results here")
@@ -249,6 +253,7 @@ def main():
                  "expected comma-separated integers")
     for name, value, low in (("--batch-size", args.batch_size, 1), ("--channels", args.channels, 1),
                              ("--threads", args.threads, 1), ("--steps", args.steps, 1),
+                             ("--rounds", args.rounds, 1),
                              ("--warmup-steps", args.warmup_steps, 0)):
         if value < low:
             usage_error(f"{name} must be >= {low}, got {value}")
@@ -269,13 +274,23 @@ def main():
                   "ppv": args.pipeline, "threads": args.threads, "parameters": params,
                   "warmup_steps": args.warmup_steps, "steps": args.steps,
                   "torch": torch.__version__, "plain": {}, "pipe": {}}
-        for t in sorted({1, args.threads}):
-            result["plain"][str(t)] = plain(args, data, t)
-            print(f"PyTorch plain, {t} thread(s): {result['plain'][str(t)]:8.1f} images/s", flush=True)
-        for c in chunks:
-            result["pipe"][str(c)] = pipe(args, data, args.threads, c)
-            print(f"PyTorch Pipe --pipeline {args.pipeline}, chunks {c}, {args.threads} thread(s): "
-                  f"{result['pipe'][str(c)]:8.1f} images/s", flush=True)
+        # As `stalepipe bench --rounds`: every configuration once per round, the median reported.
+        configs = [("plain", str(t), f"PyTorch plain, {t} thread(s)", lambda t=t: plain(args, data, t))
+                   for t in sorted({1, args.threads})]
+        configs += [("pipe", str(c), f"PyTorch Pipe --pipeline {args.pipeline}, chunks {c}, "
+                     f"{args.threads} thread(s)", lambda c=c: pipe(args, data, args.threads, c)) for c in chunks]
+        result["rounds"] = args.rounds
+        result["round_rates"] = {"plain": {}, "pipe": {}}
+        for r in range(args.rounds):
+            for kind, key, label, run in configs:
+                rate = run()
+                result["round_rates"][kind].setdefault(key, []).append(rate)
+                prefix = f"round {r + 1}: " if args.rounds > 1 else ""
+                print(f"{prefix}{label}: {rate:8.1f} images/s", flush=True)
+        for kind, key, label, _ in configs:
+            result[kind][key] = statistics.median(result["round_rates"][kind][key])
+            if args.rounds > 1:
+                print(f"median of {args.rounds}: {label}: {result[kind][key]:8.1f} images/s")
         torch.distributed.rpc.shutdown()
 
     if ours:

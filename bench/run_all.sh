@@ -13,7 +13,8 @@
 #     machine.txt               CPU, load before and after, versions
 # ResNet-110 dominates the time (each configuration trains 3 + 20 mini-batches of 128).
 # Environment: OUT (folder), STEPS (measured steps, default 20), WARMUP (default 3), BATCH
-# (default 128), SPECS (model:paper-PPV list), MEMSPECS (model:PPV:channels list; empty: none),
+# (default 128), ROUNDS (alternated rounds of every configuration, bench and peers, medians
+# reported; default 1), SPECS (model:paper-PPV list), MEMSPECS (model:PPV:channels list; empty: none),
 # PLACEMENTS (default "k2 paper"; "k2" alone where the balanced cut is the paper's),
 # SKIP_PEERS=1 (no PyTorch), SKIP_PROCESSES=1 (no processes executor), SKIP_MICRO=1.
 # A smoke test of the script itself (a minute; numbers meaningless):
@@ -25,6 +26,7 @@ OUT=${OUT:-results/bench}
 STEPS=${STEPS:-20}
 WARMUP=${WARMUP:-3}
 BATCH=${BATCH:-128}
+ROUNDS=${ROUNDS:-1}
 SPECS=${SPECS-"lenet5:2 resnet56:19 resnet110:37"}  # set but empty: none
 MEMSPECS=${MEMSPECS-"lenet5:2:1 alexnet:3:3 vgg16:2:3 resnet20:7:3"}
 PLACEMENTS=${PLACEMENTS:-"k2 paper"}
@@ -42,7 +44,7 @@ mkdir -p "$OUT"
 # Appended, one block per invocation: a partial rerun (SPECS=resnet110:37 MEMSPECS=) keeps the
 # record of the runs behind the other files.
 {
-  echo "--- SPECS=\"$SPECS\" MEMSPECS=\"$MEMSPECS\" PLACEMENTS=\"$PLACEMENTS\" STEPS=$STEPS WARMUP=$WARMUP BATCH=$BATCH"
+  echo "--- SPECS=\"$SPECS\" MEMSPECS=\"$MEMSPECS\" PLACEMENTS=\"$PLACEMENTS\" STEPS=$STEPS WARMUP=$WARMUP BATCH=$BATCH ROUNDS=$ROUNDS"
   echo "date: $(date -Is)"
   echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | xargs), $(nproc) cores"
   echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
@@ -59,18 +61,18 @@ for spec in $SPECS; do
   if [[ " $PLACEMENTS " == *" k2 "* ]]; then
     echo "== $model: 2 partitions balanced by time" >&2
     $SP bench --model "$model" --partitions 2 --balance time --batch-size "$BATCH" --warmup-steps "$WARMUP" --steps "$STEPS" \
-      "${processes[@]}" --json "$OUT/$model-k2.json" | tee "$OUT/$model-k2.txt"
+      --rounds "$ROUNDS" "${processes[@]}" --json "$OUT/$model-k2.json" | tee "$OUT/$model-k2.txt"
   fi
   if [[ " $PLACEMENTS " == *" paper "* ]]; then
     echo "== $model: the paper's placement --pipeline $paper" >&2
     $SP bench --model "$model" --pipeline "$paper" --batch-size "$BATCH" --warmup-steps "$WARMUP" --steps "$STEPS" \
-      --json "$OUT/$model-paper.json" | tee "$OUT/$model-paper.txt"
+      --rounds "$ROUNDS" --json "$OUT/$model-paper.json" | tee "$OUT/$model-paper.txt"
   fi
   if [[ -z ${SKIP_PEERS:-} ]]; then
     for placement in $PLACEMENTS; do
       echo "== $model: PyTorch peers, partitions of $model-$placement" >&2
       /usr/bin/python3 bench/peers.py --stalepipe-json "$OUT/$model-$placement.json" \
-        --warmup-steps "$WARMUP" --steps "$STEPS" --json "$OUT/peers-$model-$placement.json" \
+        --warmup-steps "$WARMUP" --steps "$STEPS" --rounds "$ROUNDS" --json "$OUT/peers-$model-$placement.json" \
         | tee "$OUT/peers-$model-$placement.txt"
     done
   fi

@@ -42,10 +42,12 @@ def main():
         print("```\n" + open(machine).read().strip() + "\n```\n")
 
     print("### images/s (steady state after warm-up; batch 128 in run_all.sh)\n")
+    print("Each rate is the median of the alternated rounds in the last column (ours / PyTorch's); "
+          "the train column, of the alternated `--processes-repeats` runs.\n")
     print("| model | placement (PPV) | non-pip. 1 thr | non-pip. all thr | stale pipeline (threads) | "
           "emulated | profile bound | simulator | train: threads / processes | "
-          "PyTorch 1 thr | PyTorch all thr | PyTorch Pipe (chunks) |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "PyTorch 1 thr | PyTorch all thr | PyTorch Pipe (chunks) | rounds |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     ratio_rows = []
     for model in MODELS:
         for key, label in PLACEMENTS:
@@ -62,7 +64,7 @@ def main():
             train = f"{f1(r['threads_train'])} / {f1(r['processes'])}" if r["processes"] else "-"
             print(f"| {model} | {label} ({b['ppv']}) | {f1(r['one_thread'])} | {f1(r['all_threads'])} | "
                   f"{f1(r['pipeline'])} | {f1(r['emulated'])} | {f1(r['bound'])} | {f1(r['simulated'])} | "
-                  f"{train} | {plain1} | {plainT} | {pipe} |")
+                  f"{train} | {plain1} | {plainT} | {pipe} | {b.get('rounds', 1)} / {p.get('rounds', 1) if p else '-'} |")
             ratio_rows.append((model, b, p))
 
     print("\n### ratios against the targets (pass / MISS)\n")

@@ -139,6 +139,7 @@ Command add_bench(CLI::App& app) {
   app.add_option("--warmup-steps", o.warmup_steps(), "unmeasured mini-batches per configuration")->capture_default_str();
   app.add_option("--steps", o.steps(), "measured mini-batches per configuration (>= 4K+2)")->capture_default_str();
   app.add_option("--threads", o.threads(), "cores to use in all (0: all)")->capture_default_str();
+  app.add_option("--rounds", o.rounds(), "alternated runs of every configuration; medians are reported")->capture_default_str();
   app.add_option("--seed", o.seed(), "model and data seed")->capture_default_str();
   app.add_option("--json", a->json, "also write the report as JSON to this file");
   app.add_flag("--processes", a->processes,

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "stalepipe/common/error.h"
+#include "stalepipe/common/median.h"
 #include "stalepipe/data/loader.h"
 #include "stalepipe/data/normalize.h"
 #include "stalepipe/data/synthetic.h"
@@ -156,6 +157,7 @@ void check_options(const BenchOptions& o, int K) {
   SP_CHECK_ARG(o.channels() >= 1 && o.channels() <= 64, "--channels must be 1..64, got ", o.channels());
   SP_CHECK_ARG(o.warmup_steps() >= 0, "--warmup-steps must be >= 0, got ", o.warmup_steps());
   SP_CHECK_ARG(o.threads() >= 0, "--threads must be >= 0, got ", o.threads());
+  SP_CHECK_ARG(o.rounds() >= 1 && o.rounds() <= 100, "--rounds must be 1..100, got ", o.rounds());
   SP_CHECK_ARG(o.balance() == "time" || o.balance() == "params" || o.balance() == "flops",
                "--balance ", o.balance(), ": expected time, params or flops");
   SP_CHECK_ARG(K >= 2, "bench measures a pipeline of 2 or more partitions: give --partitions >= 2 or a --pipeline with at least one register");
@@ -291,54 +293,88 @@ BenchReport run_bench(const BenchOptions& o, const std::function<void(const std:
     setup.batches.push_back({batch.x, batch.y});
   }
 
-  auto record = [&](RunOutcome run, const std::string& key, const std::string& label) {
-    run.measurement.key = key;
-    run.measurement.label = label;
-    say(c10::str(label, ": ", static_cast<int64_t>(run.measurement.images_per_second), " images/s"));
-    report.measurements.push_back(run.measurement);
-    return run;
-  };
+  // The configurations, in the order each round runs them.
   using schedule::ScheduleKind;
-  say(c10::str("measuring ", o.warmup_steps(), " warm-up + ", o.steps(), " steps per configuration"));
-  const auto one = record(measure(setup, {}, ScheduleKind::kSequential, "emulated", 1), "one_thread",
-                          "non-pipelined, 1 thread");
-  report.rates.one_thread = one.measurement.images_per_second;
+  struct Config {
+    std::string key, label;
+    std::function<RunOutcome()> run;
+  };
+  std::vector<Config> configs;
+  configs.push_back({"one_thread", "non-pipelined, 1 thread",
+                     [&] { return measure(setup, {}, ScheduleKind::kSequential, "emulated", 1); }});
   if (T > 1) {
-    const auto all = record(measure(setup, {}, ScheduleKind::kSequential, "emulated", T),
-                            "all_threads", c10::str("non-pipelined, ", T, " threads"));
-    report.rates.all_threads = all.measurement.images_per_second;
-  } else {
-    report.rates.all_threads = report.rates.one_thread;
+    configs.push_back({"all_threads", c10::str("non-pipelined, ", T, " threads"),
+                       [&] { return measure(setup, {}, ScheduleKind::kSequential, "emulated", T); }});
   }
-  const auto piped = record(measure(setup, ppv, ScheduleKind::kStale, "threads", per_worker),
-                            "pipeline",
-                            c10::str("stale pipeline, threads executor, ", K, " x ", per_worker,
-                                     " thread(s)"));
-  report.rates.pipeline = piped.measurement.images_per_second;
-  const auto emulated = record(measure(setup, ppv, ScheduleKind::kStale, "emulated", per_worker),
-                               "emulated",
-                               c10::str("stale pipeline, emulated executor, ", per_worker,
-                                        " thread(s)"));
-  report.rates.emulated = emulated.measurement.images_per_second;
-  const auto side = measure_side_by_side(setup, K, per_worker);
-  report.rates.side_by_side =
-      record({side, {}}, "side_by_side",
-             c10::str(K, " non-pipelined runs at once, ", per_worker, " thread(s) each"))
-          .measurement.images_per_second;
-  if (per_worker == 1) {
-    report.rates.non_pipelined_same_threads = report.rates.one_thread;
-  } else if (per_worker == T) {
-    report.rates.non_pipelined_same_threads = report.rates.all_threads;
-  } else {
-    const auto same = record(measure(setup, {}, ScheduleKind::kSequential, "emulated", per_worker),
-                             "same_threads", c10::str("non-pipelined, ", per_worker, " threads"));
-    report.rates.non_pipelined_same_threads = same.measurement.images_per_second;
+  configs.push_back({"pipeline", c10::str("stale pipeline, threads executor, ", K, " x ", per_worker, " thread(s)"),
+                     [&] { return measure(setup, ppv, ScheduleKind::kStale, "threads", per_worker); }});
+  configs.push_back({"emulated", c10::str("stale pipeline, emulated executor, ", per_worker, " thread(s)"),
+                     [&] { return measure(setup, ppv, ScheduleKind::kStale, "emulated", per_worker); }});
+  configs.push_back({"side_by_side", c10::str(K, " non-pipelined runs at once, ", per_worker, " thread(s) each"),
+                     [&] { return RunOutcome{measure_side_by_side(setup, K, per_worker), {}}; }});
+  if (per_worker != 1 && per_worker != T) {
+    configs.push_back({"same_threads", c10::str("non-pipelined, ", per_worker, " threads"), [&] {
+                         return measure(setup, {}, ScheduleKind::kSequential, "emulated", per_worker);
+                       }});
+  }
+
+  say(c10::str("measuring ", o.warmup_steps(), " warm-up + ", o.steps(), " steps per configuration",
+               o.rounds() > 1 ? c10::str(", ", o.rounds(), " alternated rounds") : std::string()));
+  std::vector<std::vector<RunOutcome>> runs(configs.size());
+  for (int round = 1; round <= o.rounds(); ++round) {
+    for (size_t c = 0; c < configs.size(); ++c) {
+      RunOutcome run = configs[c].run();
+      say(c10::str(o.rounds() > 1 ? c10::str("round ", round, ": ") : std::string(), configs[c].label,
+                   ": ", static_cast<int64_t>(run.measurement.images_per_second), " images/s"));
+      runs[c].push_back(std::move(run));
+    }
   }
   at::set_num_threads(T);
 
-  report.executors_agree = piped.parameters.size() == emulated.parameters.size();
-  for (size_t i = 0; report.executors_agree && i < piped.parameters.size(); ++i) {
-    report.executors_agree = torch::equal(piped.parameters[i], emulated.parameters[i]);
+  auto rate_of = [&](const std::string& key) {
+    for (const auto& m : report.measurements) {
+      if (m.key == key) return m.images_per_second;
+    }
+    return 0.0;
+  };
+  for (size_t c = 0; c < configs.size(); ++c) {
+    Measurement m = runs[c].back().measurement;
+    m.key = configs[c].key;
+    m.label = configs[c].label;
+    std::vector<double> segment;
+    m.round_images_per_second.clear();
+    for (const auto& run : runs[c]) {
+      m.round_images_per_second.push_back(run.measurement.images_per_second);
+      segment.push_back(run.measurement.segment_images_per_second);
+    }
+    m.images_per_second = median(m.round_images_per_second);
+    m.segment_images_per_second = median(segment);
+    report.measurements.push_back(m);
+  }
+  report.rates.one_thread = rate_of("one_thread");
+  report.rates.all_threads = T > 1 ? rate_of("all_threads") : report.rates.one_thread;
+  report.rates.pipeline = rate_of("pipeline");
+  report.rates.emulated = rate_of("emulated");
+  report.rates.side_by_side = rate_of("side_by_side");
+  report.rates.non_pipelined_same_threads = per_worker == 1   ? report.rates.one_thread
+                                            : per_worker == T ? report.rates.all_threads
+                                                              : rate_of("same_threads");
+
+  // Every round's pipeline must end with the emulated executor's weights, bit for bit.
+  const auto index_of = [&](const std::string& key) {
+    return std::find_if(configs.begin(), configs.end(), [&](const Config& c) { return c.key == key; }) -
+           configs.begin();
+  };
+  const auto& piped = runs[index_of("pipeline")];
+  const auto& emulated = runs[index_of("emulated")];
+  report.executors_agree = true;
+  for (size_t r = 0; report.executors_agree && r < piped.size(); ++r) {
+    const auto& a = piped[r].parameters;
+    const auto& b = emulated[r].parameters;
+    report.executors_agree = a.size() == b.size();
+    for (size_t i = 0; report.executors_agree && i < a.size(); ++i) {
+      report.executors_agree = torch::equal(a[i], b[i]);
+    }
   }
   finish_report(report);
   return report;
@@ -355,11 +391,22 @@ std::string format_bench_report(const BenchReport& r) {
                            " channel(s), --pipeline ", r.ppv, " (", r.partitions, " partitions",
                            o.pipeline().empty() ? c10::str(", balanced by ", o.balance()) : std::string(),
                            "), ", r.threads, " cores, ", o.warmup_steps(), " warm-up + ", o.steps(),
-                           " measured steps\n");
+                           " measured steps",
+                           o.rounds() > 1 ? c10::str(", medians of ", o.rounds(), " alternated rounds")
+                                          : std::string(),
+                           "\n");
   s += "profile, forward+backward per partition (ms):";
   for (double ms : r.partition_ms) s += c10::str(" ", std::round(ms * 10) / 10);
   s += "\n\n";
   char line[256];
+  auto list = [&line](const std::vector<double>& v) {  // "12.3 45.6"
+    std::string out;
+    for (double x : v) {
+      std::snprintf(line, sizeof(line), " %.1f", x);
+      out += line;
+    }
+    return out;
+  };
   std::snprintf(line, sizeof(line), "%-48s %10s %10s %10s\n", "configuration", "images/s",
                 "segment", "x 1 thread");
   s += line;
@@ -368,6 +415,7 @@ std::string format_bench_report(const BenchReport& r) {
                   m.images_per_second, m.segment_images_per_second,
                   ratio(m.images_per_second, r.rates.one_thread));
     s += line;
+    if (m.round_images_per_second.size() > 1) s += c10::str("    rounds:", list(m.round_images_per_second), "\n");
   }
   auto extra = [&](const char* label, double value) {
     if (value <= 0) return;
@@ -380,16 +428,8 @@ std::string format_bench_report(const BenchReport& r) {
   extra("train --executor threads (K workers)", r.rates.threads_train);
   extra("train --executor processes (K ranks)", r.rates.processes);
   if (!r.rates.processes_runs.empty()) {
-    auto list = [&line](const std::vector<double>& v) {
-      std::string out;
-      for (double x : v) {
-        std::snprintf(line, sizeof(line), out.empty() ? "%.1f" : " %.1f", x);
-        out += line;
-      }
-      return out;
-    };
-    s += c10::str("  (train: medians of ", r.rates.processes_runs.size(), " alternated runs; threads ",
-                  list(r.rates.threads_train_runs), ", processes ", list(r.rates.processes_runs), ")\n");
+    s += c10::str("  (train: medians of ", r.rates.processes_runs.size(), " alternated runs; threads",
+                  list(r.rates.threads_train_runs), ", processes", list(r.rates.processes_runs), ")\n");
   }
   if (r.rates.side_by_side > 0) {
     s += c10::str("\nceiling: the pipeline's ", r.partitions, " workers run side by side, without the pipeline, at ",
@@ -423,6 +463,7 @@ std::string to_json(const BenchReport& r) {
   j["threads_per_worker"] = r.threads_per_worker;
   j["warmup_steps"] = o.warmup_steps();
   j["steps"] = o.steps();
+  j["rounds"] = o.rounds();
   j["seed"] = o.seed();
   j["partition_ms"] = r.partition_ms;
   j["executors_agree"] = r.executors_agree;
@@ -464,7 +505,8 @@ std::string to_json(const BenchReport& r) {
                   {"steps", m.steps},
                   {"images_per_second", m.images_per_second},
                   {"segment_images_per_second", m.segment_images_per_second},
-                  {"final_loss", m.final_loss}});
+                  {"final_loss", m.final_loss},
+                  {"round_images_per_second", m.round_images_per_second}});
   }
   return j.dump(2) + "\n";
 }

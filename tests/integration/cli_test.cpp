@@ -123,6 +123,7 @@ TEST(Cli, BenchAndMemoryBadFlagsExitTwo) {
   expect_one_line_error(run_cli({"bench", "--balance", "luck"}), 2, "--balance luck");
   expect_one_line_error(run_cli({"bench", "--warmup-steps", "-1"}), 2, "--warmup-steps must be >= 0");
   expect_one_line_error(run_cli({"bench", "--partitions", "0"}), 2, "--partitions must be 1..64, got 0");
+  expect_one_line_error(run_cli({"bench", "--rounds", "0"}), 2, "--rounds must be 1..100, got 0");
   expect_one_line_error(run_cli({"memory"}), 2, "--pipeline");
   expect_one_line_error(run_cli({"memory", "--pipeline", "none"}), 2, "at least one register");
   expect_one_line_error(run_cli({"memory", "--pipeline", "9"}), 2, "a register may follow layer");
@@ -133,15 +134,26 @@ TEST(Cli, BenchAndMemoryReport) {
   // Correctness of the paths, not speed: small batch, few steps.
   TempDir dir;
   const auto bench = run_cli({"bench", "--model", "lenet5", "--batch-size", "16", "--warmup-steps", "1",
-                              "--steps", "10", "--threads", "2", "--json", dir.path() + "/bench.json"});
+                              "--steps", "10", "--threads", "2", "--rounds", "3", "--json", dir.path() + "/bench.json"});
   ASSERT_EQ(bench.status, 0) << bench.err;
   EXPECT_NE(bench.out.find("bit-identical"), std::string::npos) << bench.out;
+  EXPECT_NE(bench.out.find("medians of 3 alternated rounds"), std::string::npos) << bench.out;
   const auto j = nlohmann::json::parse(std::ifstream(dir.path() + "/bench.json"));
   EXPECT_TRUE(j.at("executors_agree").get<bool>());
   EXPECT_EQ(j.at("partitions").get<int>(), 2);
+  EXPECT_EQ(j.at("rounds").get<int>(), 3);
   // 1 thread, 2 threads, pipeline, emulated, the pipeline's 2 workers side by side
   EXPECT_EQ(j.at("measurements").size(), 5u);
   EXPECT_EQ(j.at("measurements")[4].at("key"), "side_by_side");
+  // Each rate is the middle one of its three rounds.
+  for (const auto& m : j.at("measurements")) {
+    auto rounds = m.at("round_images_per_second").get<std::vector<double>>();
+    ASSERT_EQ(rounds.size(), 3u) << m.at("key");
+    std::sort(rounds.begin(), rounds.end());
+    EXPECT_DOUBLE_EQ(m.at("images_per_second").get<double>(), rounds[1]) << m.at("key");
+    const std::string key = m.at("key");
+    EXPECT_DOUBLE_EQ(j.at("rates").at(key).get<double>(), rounds[1]) << key;
+  }
   EXPECT_NE(bench.out.find("ceiling: the pipeline's 2 workers run side by side"), std::string::npos);
   for (const char* rate : {"one_thread", "all_threads", "pipeline", "emulated", "bound", "simulated",
                            "side_by_side"}) {

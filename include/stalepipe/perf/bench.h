@@ -17,6 +17,9 @@
 // rate reported is the steady state of the second segment: the last worker's loss
 // completions from index 2K to steps-1-2K (skipping fill and drain, as sim::simulate's
 // steady state does): batch x intervals / time. The whole-segment rate is kept too.
+// With rounds > 1 every configuration runs once per round, in the same order each round, and
+// each rate is the median over the rounds: on a 2-vCPU VM one short measurement varies by
+// +-10-20%, and alternating spreads a slow spell over all configurations instead of one.
 // Inputs: a few pre-made batches of synthetic data (data/synthetic.h), padded to 32x32 and
 // normalised as the trainer does, reused in turn, so data loading is not measured.
 //
@@ -53,6 +56,7 @@ struct BenchOptions {
   TORCH_ARG(int64_t, warmup_steps) = 3;     // >= 0
   TORCH_ARG(int64_t, steps) = 20;           // >= 4K + 2 (steady state needs fill and drain cut)
   TORCH_ARG(int, threads) = 0;              // cores in all; 0 = std::thread::hardware_concurrency
+  TORCH_ARG(int, rounds) = 1;               // 1..100: alternated runs of every configuration
   TORCH_ARG(uint64_t, seed) = 1;
 };
 
@@ -64,9 +68,10 @@ struct Measurement {
   int partitions = 1;
   std::vector<int> threads_per_worker;
   int64_t steps = 0;                  // measured steps (after warm-up)
-  double images_per_second = 0;       // steady state (see above)
+  double images_per_second = 0;       // steady state (see above); the median over the rounds
   double segment_images_per_second = 0;  // steps x batch / segment wall time (fill, drain in)
   double final_loss = 0;              // last measured step's loss (finite)
+  std::vector<double> round_images_per_second;  // each round's steady rate, in round order
 };
 
 // A target of the issue: value must lie in [low, high].
