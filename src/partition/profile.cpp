@@ -21,9 +21,11 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double ms_since(Clock::time_point start) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+double ms_between(Clock::time_point from, Clock::time_point to) {
+  return std::chrono::duration<double, std::milli>(to - from).count();
 }
+
+double ms_since(Clock::time_point start) { return ms_between(start, Clock::now()); }
 
 // Bytes the process holds from malloc (all arenas) plus mmapped blocks: LibTorch's CPU
 // allocator is posix_memalign underneath, so tensors show up here.
@@ -92,9 +94,9 @@ Profile profile_model(models::Model& model, const ProfileOptions& options) {
 
   // Whole training steps, timed at the unit boundaries: forwards between consecutive units'
   // outputs, backwards between the moments the gradient hooks of consecutive outputs fire.
-  // Timing each unit on its own instead read ResNet-110's first units ~30% slower than they
-  // run inside a step (memory that a step reuses was fresh each time), which put the balanced
-  // cut visibly off.
+  // Timing each unit on its own, on fresh memory, instead summed to 8% (ResNet-110) and 15%
+  // (ResNet-56) more than a measured step, over-charging the first units, which put the
+  // balanced cut off (docs/performance.md).
   std::vector<std::vector<double>> forward_ms(U), backward_ms(U);
   for (int r = 0; r < options.warmup + options.repeats; ++r) {
     std::vector<Clock::time_point> grad_ready(U);
@@ -132,7 +134,7 @@ Profile profile_model(models::Model& model, const ProfileOptions& options) {
       if (outs[u].requires_grad()) {
         const auto from = u + 1 == U ? backward_start : grad_ready[u];
         const auto to = u > 0 && outs[u - 1].requires_grad() ? grad_ready[u - 1] : backward_end;
-        b_ms = std::chrono::duration<double, std::milli>(to - from).count();
+        b_ms = ms_between(from, to);
       }
       backward_ms[u].push_back(b_ms);
     }

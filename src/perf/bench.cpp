@@ -333,11 +333,15 @@ BenchReport run_bench(const BenchOptions& o, const std::function<void(const std:
   }
   at::set_num_threads(T);
 
-  auto rate_of = [&](const std::string& key) {
-    for (const auto& m : report.measurements) {
-      if (m.key == key) return m.images_per_second;
-    }
-    return 0.0;
+  // report.measurements and runs follow configs, index for index.
+  const auto index_of = [&](const std::string& key) {
+    return static_cast<size_t>(
+        std::find_if(configs.begin(), configs.end(), [&](const Config& c) { return c.key == key; }) -
+        configs.begin());
+  };
+  const auto rate_of = [&](const std::string& key) {
+    const size_t i = index_of(key);
+    return i < report.measurements.size() ? report.measurements[i].images_per_second : 0.0;
   };
   for (size_t c = 0; c < configs.size(); ++c) {
     Measurement m = runs[c].back().measurement;
@@ -362,10 +366,6 @@ BenchReport run_bench(const BenchOptions& o, const std::function<void(const std:
                                                               : rate_of("same_threads");
 
   // Every round's pipeline must end with the emulated executor's weights, bit for bit.
-  const auto index_of = [&](const std::string& key) {
-    return std::find_if(configs.begin(), configs.end(), [&](const Config& c) { return c.key == key; }) -
-           configs.begin();
-  };
   const auto& piped = runs[index_of("pipeline")];
   const auto& emulated = runs[index_of("emulated")];
   report.executors_agree = true;
