@@ -22,6 +22,7 @@
 
 #include "commands.h"
 #include "stalepipe/common/error.h"
+#include "stalepipe/partition/plan.h"
 #include "stalepipe/common/files.h"
 #include "stalepipe/common/median.h"
 #include "stalepipe/perf/bench.h"
@@ -123,7 +124,7 @@ void measure_processes(perf::BenchReport& report, int repeats) {
 Command add_bench(CLI::App& app) {
   struct Args {
     perf::BenchOptions options;
-    std::string json;
+    std::string json, ppv, balance = "time";
     bool processes = false;
     int processes_repeats = 3;
   };
@@ -132,10 +133,10 @@ Command add_bench(CLI::App& app) {
   app.add_option("--model", o.model(), "lenet5 | alexnet | vgg16 | resnet<6n+2>")->capture_default_str();
   app.add_option("--batch-size", o.batch_size(), "mini-batch size")->capture_default_str();
   app.add_option("--channels", o.channels(), "input channels (1: Fashion-MNIST, 3: CIFAR-10)")->capture_default_str();
-  auto* pipeline = app.add_option("--pipeline", o.pipeline(), "PPV, e.g. 19 (the paper's 2n+1 for ResNet-56)");
+  auto* pipeline = app.add_option("--pipeline", a->ppv, "PPV, e.g. 19 (the paper's 2n+1 for ResNet-56)");
   auto* partitions = app.add_option("--partitions", o.partitions(), "K partitions, PPV chosen by --balance")->capture_default_str();
   pipeline->excludes(partitions);
-  app.add_option("--balance", o.balance(), "with --partitions: time | params | flops")->capture_default_str();
+  app.add_option("--balance", a->balance, "with --partitions: time | params | flops")->capture_default_str();
   app.add_option("--warmup-steps", o.warmup_steps(), "unmeasured mini-batches per configuration")->capture_default_str();
   app.add_option("--steps", o.steps(), "measured mini-batches per configuration (>= 4K+2)")->capture_default_str();
   app.add_option("--threads", o.threads(), "cores to use in all (0: all)")->capture_default_str();
@@ -149,6 +150,7 @@ Command add_bench(CLI::App& app) {
       ->check(CLI::Range(1, 99))
       ->capture_default_str();
   return [a]() {
+    a->options.ppv(partition::parse_ppv(a->ppv)).balance(partition::balance_from_name(a->balance));
     auto report = perf::run_bench(a->options, [](const std::string& line) {
       std::fprintf(stderr, "bench: %s\n", line.c_str());
     });
@@ -168,12 +170,14 @@ Command add_memory(CLI::App& app) {
   auto o = std::make_shared<perf::MemoryOptions>();
   auto json = std::make_shared<std::string>();
   app.add_option("--model", o->model, "lenet5 | alexnet | vgg16 | resnet<6n+2>")->capture_default_str();
-  app.add_option("--pipeline", o->pipeline, "PPV, e.g. 2 (at least one register)")->required();
+  auto ppv = std::make_shared<std::string>();
+  app.add_option("--pipeline", *ppv, "PPV, e.g. 2 (at least one register)")->required();
   app.add_option("--batch-size", o->batch_size, "mini-batch size")->capture_default_str();
   app.add_option("--channels", o->channels, "input channels (1: MNIST-like, 3: CIFAR-10)")->capture_default_str();
   app.add_option("--seed", o->seed, "model seed")->capture_default_str();
   app.add_option("--json", *json, "also write the report as JSON to this file");
-  return [o, json]() {
+  return [o, json, ppv]() {
+    o->ppv = partition::parse_ppv(*ppv);
     const auto report = perf::memory_report(*o);
     std::fputs(perf::format_memory_report(report).c_str(), stdout);
     if (!json->empty()) write_file_atomic(*json, perf::to_json(report));

@@ -5,6 +5,7 @@
 #include <c10/util/Exception.h>
 
 #include "commands.h"
+#include "flags.h"
 #include "stalepipe/common/error.h"
 
 int main(int argc, char** argv) {
@@ -50,10 +51,10 @@ int main(int argc, char** argv) {
     try {
       return run();
     } catch (const stalepipe::UsageError& e) {
-      std::fprintf(stderr, "stalepipe: error: %s\n", e.what());
+      std::fprintf(stderr, "stalepipe: error: %s\n", stalepipe::cli::with_flags(e.what()).c_str());
       return 2;
     } catch (const stalepipe::RuntimeError& e) {
-      std::fprintf(stderr, "stalepipe: error: %s\n", e.what());
+      std::fprintf(stderr, "stalepipe: error: %s\n", stalepipe::cli::with_flags(e.what()).c_str());
       return 1;
     } catch (const c10::Error& e) {
       std::fprintf(stderr, "stalepipe: error: %s\n", e.what_without_backtrace());

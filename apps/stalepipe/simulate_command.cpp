@@ -1,8 +1,10 @@
 // `stalepipe simulate --model NAME --pipeline PPV | --partitions K --balance B`: predicted
 // throughput, bubbles and memory of a pipeline from a profile, and its space-time SVG.
 #include <cstdio>
+#include <optional>
 
 #include "commands.h"
+#include "stalepipe/api/assemble.h"
 #include "stalepipe/common/error.h"
 #include "stalepipe/common/files.h"
 #include "stalepipe/models/zoo.h"
@@ -41,26 +43,27 @@ Command add_simulate(CLI::App& app) {
     models::InputShape input;
     input.channels = a->channels;
     auto model = models::make_model(a->model, input);
-    partition::Profile profile;
+    std::optional<partition::Profile> given;
     if (!a->profile.empty()) {
-      profile = partition::from_json(read_file(a->profile), a->profile);
-      SP_CHECK_ARG(profile.model == a->model && profile.units.size() == model.units.size(),
-                   "--profile ", a->profile, ": is a profile of ", profile.model, " (",
-                   profile.units.size(), " units), not of ", a->model);
-    } else {
-      partition::ProfileOptions p;
-      p.batch_size = a->batch_size;
-      p.threads = a->threads;
-      profile = partition::profile_model(model, p);
+      given = partition::from_json(read_file(a->profile), a->profile);
+      SP_CHECK_ARG(given->model == a->model && given->units.size() == model.units.size(),
+                   "--profile ", a->profile, ": is a profile of ", given->model, " (",
+                   given->units.size(), " units), not of ", a->model);
     }
-    std::vector<int> ppv = partition::parse_ppv(a->pipeline);
+    // The same cut as train chooses: one assembly path (api/assemble.h).
+    Options o;
+    o.data().batch_size(a->batch_size);
+    o.pipeline().ppv(partition::parse_ppv(a->pipeline)).partitions(a->partitions)
+        .balance(partition::balance_from_name(a->balance)).threads_per_worker(a->threads);
+    const Assembly cut = plan_pipeline(model, o, /*want_profile=*/true, given ? &*given : nullptr);
+    const auto& plan = cut.plan;
+    const auto& profile = *cut.profile;
+    const std::vector<int> ppv = plan.ppv;
     if (a->partitions > 0) {
-      ppv = partition::balance(model, partition::unit_costs(model, a->balance, &profile), a->partitions);
       std::printf("balanced by %s: --pipeline %s\n", a->balance.c_str(), partition::format_ppv(ppv).c_str());
     }
-    const auto plan = partition::make_plan(model, ppv);
     const auto costs = sim::partition_costs(profile, plan);
-    const auto schedule = schedule::make_schedule(schedule::parse_schedule_kind(a->schedule),
+    const auto schedule = schedule::make_schedule(schedule::schedule_from_name(a->schedule),
                                                   plan.num_partitions(), 0, a->steps, a->micro_batches);
     sim::SimulateOptions options;
     options.batch_size = profile.batch_size;

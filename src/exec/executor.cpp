@@ -2,19 +2,27 @@
 
 #include "executors_impl.h"
 #include "stalepipe/common/error.h"
+#include "stalepipe/common/names.h"
 
 namespace stalepipe::exec {
+namespace {
+const std::pair<ExecutorKind, const char*> kExecutorNames[] = {{ExecutorKind::kThreads, "threads"},
+                                                               {ExecutorKind::kEmulated, "emulated"},
+                                                               {ExecutorKind::kProcesses, "processes"}};
+}  // namespace
 
-std::vector<std::string> executor_names() { return {"emulated", "threads", "processes"}; }
+ExecutorKind executor_from_name(const std::string& name, const std::string& field) {
+  return value_of(kExecutorNames, name, field);
+}
 
-std::unique_ptr<Executor> make_executor(const std::string& name) {
-  if (name == "emulated") return std::make_unique<EmulatedExecutor>();
-  if (name == "threads") return std::make_unique<ThreadsExecutor>();
-  if (name == "processes") {
-    throw UsageError("--executor processes runs one partition per process: it needs a process "
-                     "group (exec/processes.h, make_processes_executor)");
-  }
-  throw UsageError("--executor " + name + ": unknown executor; expected emulated, threads or processes");
+std::string to_string(ExecutorKind kind) { return name_of(kExecutorNames, kind); }
+
+std::unique_ptr<Executor> make_executor(ExecutorKind kind) {
+  SP_CHECK_ARG(kind != ExecutorKind::kProcesses,
+               "PipelineOptions::executor processes runs one partition per process: it needs a "
+               "process group (exec/processes.h, make_processes_executor)");
+  if (kind == ExecutorKind::kEmulated) return std::make_unique<EmulatedExecutor>();
+  return std::make_unique<ThreadsExecutor>();
 }
 
 }  // namespace stalepipe::exec

@@ -56,14 +56,14 @@ ProcessGroupOptions ProcessGroupOptions::resolved() const {
     o.master_addr(addr && *addr ? addr : "127.0.0.1");
   }
   if (o.master_port() < 0) o.master_port(env_int("MASTER_PORT", 29500));
-  SP_CHECK_ARG(o.world_size() >= 1, "--executor processes needs the number of ranks: set "
-               "WORLD_SIZE (or --world-size), or start the ranks with `stalepipe launch --nproc K`");
-  SP_CHECK_ARG(o.rank() >= 0 && o.rank() < o.world_size(), "--executor processes: rank ",
+  SP_CHECK_ARG(o.world_size() >= 1, "ProcessGroupOptions::world_size is not set: set WORLD_SIZE "
+               "(or the option), or start the ranks with `stalepipe launch --nproc K`");
+  SP_CHECK_ARG(o.rank() >= 0 && o.rank() < o.world_size(), "ProcessGroupOptions::rank ",
                o.rank(), " is outside 0..", o.world_size() - 1,
-               "; set RANK (or --rank) for every process");
-  SP_CHECK_ARG(o.master_port() >= 1 && o.master_port() <= 65535, "master port ", o.master_port(),
+               "; set RANK (or the option) for every process");
+  SP_CHECK_ARG(o.master_port() >= 1 && o.master_port() <= 65535, "ProcessGroupOptions::master_port ", o.master_port(),
                " is not a TCP port (1..65535)");
-  SP_CHECK_ARG(o.timeout_seconds() >= 1, "--timeout-seconds must be >= 1, got ",
+  SP_CHECK_ARG(o.timeout_seconds() >= 1, "ProcessGroupOptions::timeout_seconds must be >= 1, got ",
                o.timeout_seconds());
   return o;
 }
@@ -132,7 +132,7 @@ ProcessGroup::ProcessGroup(const ProcessGroupOptions& options, const std::string
     if (rank_ == 0) {
       throw RuntimeError(c10::str("rank 0 cannot serve the rendezvous on ", where,
                                   " (is the port already in use? choose another MASTER_PORT or "
-                                  "--master-port): ", e.what()));
+                                  "ProcessGroupOptions::master_port): ", e.what()));
     }
     throw RuntimeError(c10::str("rank ", rank_, " cannot reach the master (rank 0) at ", where,
                                 " within ", o.timeout_seconds(),

@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "stalepipe/common/error.h"
+#include "stalepipe/common/names.h"
 #include "stalepipe/models/layer_table.h"
 #include "stalepipe/models/model.h"
 #include "stalepipe/partition/plan.h"
@@ -26,7 +27,7 @@ std::vector<int> balance(const models::Model& model, const std::vector<double>& 
   }
   const std::vector<int> layers = model.cut_layers();
   const int M = static_cast<int>(layers.size());
-  SP_CHECK_ARG(partitions >= 1, "--partitions must be >= 1, got ", partitions);
+  SP_CHECK_ARG(partitions >= 1, "PipelineOptions::partitions must be >= 1, got ", partitions);
   SP_CHECK_ARG(partitions <= M + 1, "model ", model.name, " allows at most ", M + 1,
                " partitions (", M, " register positions), asked for ", partitions);
   if (partitions == 1) return {};
@@ -86,16 +87,26 @@ double max_partition_cost(const models::Model& model, const std::vector<double>&
   return worst;
 }
 
-std::vector<double> unit_costs(models::Model& model, const std::string& criterion,
-                               const Profile* profile) {
+namespace {
+const std::pair<Balance, const char*> kBalanceNames[] = {
+    {Balance::kTime, "time"}, {Balance::kParams, "params"}, {Balance::kFlops, "flops"}};
+}  // namespace
+
+Balance balance_from_name(const std::string& name, const std::string& field) {
+  return value_of(kBalanceNames, name, field);
+}
+
+std::string to_string(Balance criterion) { return name_of(kBalanceNames, criterion); }
+
+std::vector<double> unit_costs(models::Model& model, Balance criterion, const Profile* profile) {
   std::vector<double> costs;
-  if (criterion == "time") {
-    SP_CHECK_ARG(profile != nullptr, "--balance time needs a profile");
-    SP_CHECK_ARG(profile->units.size() == model.units.size(), "--balance time: the profile of ",
+  if (criterion == Balance::kTime) {
+    SP_CHECK_ARG(profile != nullptr, "balance time needs a profile");
+    SP_CHECK_ARG(profile->units.size() == model.units.size(), "balance time: the profile of ",
                  profile->model, " has ", profile->units.size(), " units but model ", model.name,
                  " has ", model.units.size());
     for (const auto& u : profile->units) costs.push_back(u.forward_ms + u.backward_ms);
-  } else if (criterion == "params") {
+  } else if (criterion == Balance::kParams) {
     for (const auto& unit : model.units) {
       int64_t count = 0;
       for (const auto& p : unit.module.ptr()->parameters()) {
@@ -103,10 +114,8 @@ std::vector<double> unit_costs(models::Model& model, const std::string& criterio
       }
       costs.push_back(static_cast<double>(count));
     }
-  } else if (criterion == "flops") {
-    for (const auto& row : models::describe_units(model)) costs.push_back(row.forward_mflops);
   } else {
-    throw UsageError("--balance " + criterion + ": expected time, params or flops");
+    for (const auto& row : models::describe_units(model)) costs.push_back(row.forward_mflops);
   }
   return costs;
 }

@@ -20,7 +20,7 @@ std::vector<int> parse_ppv(const std::string& text) {
     } catch (const std::exception&) {
       used = 0;
     }
-    SP_CHECK_ARG(used == item.size() && !item.empty(), "--pipeline ", text, ": '", item,
+    SP_CHECK_ARG(used == item.size() && !item.empty(), "PipelineOptions::ppv ", text, ": '", item,
                  "' is not a layer number; expected a comma-separated list such as 7,13");
     ppv.push_back(value);
   }
@@ -58,7 +58,7 @@ std::string unit_holding(const models::Model& model, int layer) {
 }  // namespace
 
 Plan make_plan(const models::Model& model, const std::vector<int>& ppv) {
-  const std::string where = "--pipeline " + format_ppv(ppv) + ": model " + model.name;
+  const std::string where = "PipelineOptions::ppv " + format_ppv(ppv) + ": model " + model.name;
   const int layers = model.num_weight_layers();
   Plan plan;
   plan.ppv = ppv;

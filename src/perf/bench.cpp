@@ -11,6 +11,7 @@
 #include <ATen/Parallel.h>
 #include <nlohmann/json.hpp>
 
+#include "stalepipe/api/assemble.h"
 #include "stalepipe/common/error.h"
 #include "stalepipe/common/median.h"
 #include "stalepipe/data/loader.h"
@@ -39,7 +40,16 @@ double now_seconds() {
 // Fixed training hyper-parameters: speed does not depend on them, but a diverging run (NaN)
 // could, so the learning rate is modest.
 constexpr double kLr = 0.01;
-optim::SgdOptions bench_sgd() { return optim::SgdOptions().momentum(0.9).weight_decay(5e-4); }
+
+// The option tree of every configuration: the library's defaults but for a constant lr.
+Options bench_options(const BenchOptions& o, const std::vector<int>& ppv, int partitions) {
+  Options x;
+  x.data().batch_size(o.batch_size());
+  x.pipeline().ppv(ppv).partitions(ppv.empty() ? partitions : 0).balance(o.balance()).threads(o.threads());
+  x.optimizer().lr(kLr).lr_schedule(LrScheduleKind::kConstant);
+  x.run().seed(o.seed());
+  return x;
+}
 
 struct Setup {
   const BenchOptions& options;
@@ -61,9 +71,7 @@ struct Rig {
 Rig build_rig(const Setup& setup, const std::vector<int>& ppv) {
   torch::manual_seed(setup.options.seed());
   Rig rig{models::make_model(setup.options.model(), setup.input), nullptr};
-  const auto plan = partition::make_plan(rig.model, ppv);
-  rig.pipeline = std::make_unique<exec::Pipeline>(
-      rig.model, plan, std::vector<torch::Device>(plan.num_partitions(), torch::kCPU), bench_sgd());
+  rig.pipeline = assemble(rig.model, bench_options(setup.options, ppv, 1)).pipeline;
   return rig;
 }
 
@@ -74,7 +82,7 @@ RunOutcome run_rig(const Setup& setup, Rig& rig, const std::vector<int>& ppv,
   const BenchOptions& o = setup.options;
   exec::Pipeline& pipeline = *rig.pipeline;
   const int K = pipeline.num_stages();
-  auto executor = exec::make_executor(executor_name);
+  auto executor = exec::make_executor(exec::executor_from_name(executor_name));
 
   std::vector<double> completions;
   double last_loss = 0;
@@ -153,15 +161,13 @@ Measurement measure_side_by_side(const Setup& setup, int workers, int threads_ea
 }
 
 void check_options(const BenchOptions& o, int K) {
-  SP_CHECK_ARG(o.batch_size() >= 1, "--batch-size must be >= 1, got ", o.batch_size());
-  SP_CHECK_ARG(o.channels() >= 1 && o.channels() <= 64, "--channels must be 1..64, got ", o.channels());
-  SP_CHECK_ARG(o.warmup_steps() >= 0, "--warmup-steps must be >= 0, got ", o.warmup_steps());
-  SP_CHECK_ARG(o.threads() >= 0, "--threads must be >= 0, got ", o.threads());
-  SP_CHECK_ARG(o.rounds() >= 1 && o.rounds() <= 100, "--rounds must be 1..100, got ", o.rounds());
-  SP_CHECK_ARG(o.balance() == "time" || o.balance() == "params" || o.balance() == "flops",
-               "--balance ", o.balance(), ": expected time, params or flops");
+  SP_CHECK_ARG(o.batch_size() >= 1, "BenchOptions::batch_size must be >= 1, got ", o.batch_size());
+  SP_CHECK_ARG(o.channels() >= 1 && o.channels() <= 64, "BenchOptions::channels must be 1..64, got ", o.channels());
+  SP_CHECK_ARG(o.warmup_steps() >= 0, "BenchOptions::warmup_steps must be >= 0, got ", o.warmup_steps());
+  SP_CHECK_ARG(o.threads() >= 0, "BenchOptions::threads must be >= 0, got ", o.threads());
+  SP_CHECK_ARG(o.rounds() >= 1 && o.rounds() <= 100, "BenchOptions::rounds must be 1..100, got ", o.rounds());
   SP_CHECK_ARG(K >= 2, "bench measures a pipeline of 2 or more partitions: give --partitions >= 2 or a --pipeline with at least one register");
-  SP_CHECK_ARG(o.steps() >= 4 * K + 2 && o.steps() <= 100000, "--steps ", o.steps(),
+  SP_CHECK_ARG(o.steps() >= 4 * K + 2 && o.steps() <= 100000, "BenchOptions::steps ", o.steps(),
                ": a ", K, "-partition pipeline needs 4K+2 = ", 4 * K + 2,
                " to 100000 measured steps (fill and drain are cut from the steady state)");
 }
@@ -233,10 +239,9 @@ BenchReport run_bench(const BenchOptions& o, const std::function<void(const std:
   };
   BenchReport report;
   report.options = o;
-  SP_CHECK_ARG(o.partitions() >= 1 && o.partitions() <= 64, "--partitions must be 1..64, got ",
+  SP_CHECK_ARG(o.partitions() >= 1 && o.partitions() <= 64, "BenchOptions::partitions must be 1..64, got ",
                o.partitions());
-  const std::vector<int> given_ppv = partition::parse_ppv(o.pipeline());
-  const int K = o.pipeline().empty() ? o.partitions() : static_cast<int>(given_ppv.size()) + 1;
+  const int K = o.ppv().empty() ? o.partitions() : static_cast<int>(o.ppv().size()) + 1;
   check_options(o, K);
   const int T = o.threads() > 0 ? o.threads()
                                 : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
@@ -249,23 +254,15 @@ BenchReport run_bench(const BenchOptions& o, const std::function<void(const std:
   setup.input.channels = o.channels();
   // Cheap checks first: the model name and PPV, before any profile or data.
   auto model = models::make_model(o.model(), setup.input);
-  if (!o.pipeline().empty()) partition::make_plan(model, given_ppv);
+  if (!o.ppv().empty()) partition::make_plan(model, o.ppv());
 
   say(c10::str("profiling ", o.model(), " at batch ", o.batch_size(), " with ", per_worker,
                " thread(s) per unit"));
-  partition::ProfileOptions p;
-  p.batch_size = o.batch_size();
-  p.threads = per_worker;
-  p.warmup = 1;
-  p.repeats = 3;
-  const auto profile = partition::profile_model(model, p);
-  std::vector<int> ppv = given_ppv;
-  if (o.pipeline().empty()) {
-    ppv = partition::balance(model, partition::unit_costs(model, o.balance(), &profile), K);
-  }
+  const Assembly cut = plan_pipeline(model, bench_options(o, o.ppv(), K), /*want_profile=*/true);
+  const auto& plan = cut.plan;
+  const std::vector<int> ppv = plan.ppv;
   report.ppv = partition::format_ppv(ppv);
-  const auto plan = partition::make_plan(model, ppv);
-  const auto costs = sim::partition_costs(profile, plan);
+  const auto costs = sim::partition_costs(*cut.profile, plan);
   for (int k = 0; k < K; ++k) {
     report.partition_ms.push_back(1e3 * (costs.forward_seconds[k] + costs.backward_seconds[k]));
   }
@@ -390,7 +387,7 @@ std::string format_bench_report(const BenchReport& r) {
   const auto& o = r.options;
   std::string s = c10::str("bench ", o.model(), ": batch ", o.batch_size(), ", ", o.channels(),
                            " channel(s), --pipeline ", r.ppv, " (", r.partitions, " partitions",
-                           o.pipeline().empty() ? c10::str(", balanced by ", o.balance()) : std::string(),
+                           o.ppv().empty() ? c10::str(", balanced by ", partition::to_string(o.balance())) : std::string(),
                            "), ", r.threads, " cores, ", o.warmup_steps(), " warm-up + ", o.steps(),
                            " measured steps",
                            o.rounds() > 1 ? c10::str(", medians of ", o.rounds(), " alternated rounds")
@@ -457,8 +454,8 @@ std::string to_json(const BenchReport& r) {
   j["batch_size"] = o.batch_size();
   j["channels"] = o.channels();
   j["ppv"] = r.ppv;
-  j["pipeline_given"] = !o.pipeline().empty();
-  j["balance"] = o.balance();
+  j["pipeline_given"] = !o.ppv().empty();
+  j["balance"] = partition::to_string(o.balance());
   j["partitions"] = r.partitions;
   j["threads"] = r.threads;
   j["threads_per_worker"] = r.threads_per_worker;

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <torch/nn/modules/container/sequential.h>
 
+#include "stalepipe/api/assemble.h"
 #include "stalepipe/common/error.h"
 #include "stalepipe/exec/stage.h"
 #include "stalepipe/models/zoo.h"
@@ -117,8 +118,8 @@ MemoryTable predict_memory(const std::vector<int64_t>& activation_bytes,
 }
 
 std::vector<int64_t> measure_partition_peaks(const MemoryOptions& o, const std::vector<int>& ppv) {
-  SP_CHECK_ARG(o.batch_size >= 1, "--batch-size must be >= 1, got ", o.batch_size);
-  SP_CHECK_ARG(o.channels >= 1 && o.channels <= 64, "--channels must be 1..64, got ", o.channels);
+  SP_CHECK_ARG(o.batch_size >= 1, "MemoryOptions::batch_size must be >= 1, got ", o.batch_size);
+  SP_CHECK_ARG(o.channels >= 1 && o.channels <= 64, "MemoryOptions::channels must be 1..64, got ", o.channels);
   const auto shapes = partition_input_shapes(o, ppv);
   const int K = static_cast<int>(ppv.size()) + 1;
   // Long enough for every worker to reach its largest in-flight count and drain.
@@ -142,8 +143,7 @@ std::vector<int64_t> measure_partition_peaks(const MemoryOptions& o, const std::
         for (size_t u = plan.unit_ranges[k].first; u < plan.unit_ranges[k].second; ++u) {
           seq->push_back(model.units[u].name, model.units[u].module);
         }
-        stage = std::make_unique<exec::Stage>(k, K, seq, torch::kCPU,
-                                              optim::SgdOptions().momentum(0.9).weight_decay(5e-4));
+        stage = std::make_unique<exec::Stage>(k, K, seq, torch::kCPU, sgd_options(OptimizerOptions(), 0));
       }
       stage->begin_segment(schedule, [](int64_t) { return 0.01; });
       const auto in_shape = with_batch(shapes[k], o.batch_size);
@@ -180,11 +180,11 @@ std::vector<int64_t> measure_partition_peaks(const MemoryOptions& o, const std::
 MemoryReport memory_report(const MemoryOptions& o) {
   MemoryReport r;
   r.options = o;
-  const auto ppv = partition::parse_ppv(o.pipeline);
-  SP_CHECK_ARG(!ppv.empty(), "--pipeline: the memory table compares a pipeline with non-pipelined "
-               "training; give at least one register, e.g. --pipeline 2");
-  SP_CHECK_ARG(o.batch_size >= 1, "--batch-size must be >= 1, got ", o.batch_size);
-  SP_CHECK_ARG(o.channels >= 1 && o.channels <= 64, "--channels must be 1..64, got ", o.channels);
+  const auto& ppv = o.ppv;
+  SP_CHECK_ARG(!ppv.empty(), "MemoryOptions::ppv: the memory table compares a pipeline with non-pipelined "
+               "training; give at least one register, e.g. 2");
+  SP_CHECK_ARG(o.batch_size >= 1, "MemoryOptions::batch_size must be >= 1, got ", o.batch_size);
+  SP_CHECK_ARG(o.channels >= 1 && o.channels <= 64, "MemoryOptions::channels must be 1..64, got ", o.channels);
   torch::manual_seed(o.seed);
   auto model = models::make_model(o.model, input_shape(o));
   const auto plan = partition::make_plan(model, ppv);
@@ -225,7 +225,7 @@ MemoryReport memory_report(const MemoryOptions& o) {
 std::string format_memory_report(const MemoryReport& r) {
   const auto& t = r.predicted;
   auto mb = [](int64_t bytes) { return static_cast<double>(bytes) / kMb; };
-  std::string s = c10::str("memory ", r.options.model, ": --pipeline ", r.options.pipeline, ", batch ",
+  std::string s = c10::str("memory ", r.options.model, ": pipeline ", partition::format_ppv(r.options.ppv), ", batch ",
                            t.batch_size, ", ", r.options.channels, " channel(s); MB = 1e6 bytes\n");
   char line[256];
   std::snprintf(line, sizeof(line), "%-10s %9s %12s %10s %12s %12s %9s %12s\n", "partition",
@@ -259,7 +259,7 @@ std::string to_json(const MemoryReport& r) {
   const auto& t = r.predicted;
   nlohmann::json j;
   j["model"] = r.options.model;
-  j["ppv"] = r.options.pipeline;
+  j["ppv"] = partition::format_ppv(r.options.ppv);
   j["batch_size"] = t.batch_size;
   j["channels"] = r.options.channels;
   j["activation_mb_per_sample"] = t.activation_mb_per_sample;

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "stalepipe/common/error.h"
+#include "stalepipe/common/names.h"
 
 namespace stalepipe::schedule {
 namespace {
@@ -69,9 +70,8 @@ Schedule make_interleaved(ScheduleKind kind, int num_workers, int64_t first_step
 }
 
 const std::pair<ScheduleKind, const char*> kScheduleNames[] = {
-    {ScheduleKind::kSequential, "sequential"},
-    {ScheduleKind::kStale, "stale"},
-    {ScheduleKind::kGPipe, "gpipe"},
+    {ScheduleKind::kStale, "stale"},     {ScheduleKind::kSequential, "sequential"},
+    {ScheduleKind::kHybrid, "hybrid"},   {ScheduleKind::kGPipe, "gpipe"},
     {ScheduleKind::kOneFOneB, "1f1b-stash"},
 };
 
@@ -97,7 +97,7 @@ Schedule make_one_f_one_b(int num_workers, int64_t first_step, int64_t end_step)
 }
 
 Schedule make_gpipe(int num_workers, int64_t first_step, int64_t end_step, int micro_batches) {
-  SP_CHECK_ARG(micro_batches >= 1, "--micro-batches must be >= 1, got ", micro_batches);
+  SP_CHECK_ARG(micro_batches >= 1, "PipelineOptions::micro_batches must be >= 1, got ", micro_batches);
   Schedule s = empty_schedule(ScheduleKind::kGPipe, num_workers, first_step, end_step);
   s.micro_batches = micro_batches;
   for (auto& ops : s.worker_ops) {
@@ -112,8 +112,10 @@ Schedule make_gpipe(int num_workers, int64_t first_step, int64_t end_step, int m
 
 Schedule make_schedule(ScheduleKind kind, int num_workers, int64_t first_step, int64_t end_step,
                        int micro_batches) {
-  SP_CHECK_ARG(kind == ScheduleKind::kGPipe || micro_batches == 1, "--micro-batches ",
+  SP_CHECK_ARG(kind == ScheduleKind::kGPipe || micro_batches == 1, "PipelineOptions::micro_batches ",
                micro_batches, " applies to the gpipe schedule only, not ", to_string(kind));
+  SP_CHECK_ARG(kind != ScheduleKind::kHybrid, "the hybrid schedule is stale then sequential; "
+               "make the schedule of each side of the switch");
   switch (kind) {
     case ScheduleKind::kSequential:
       return make_sequential(num_workers, first_step, end_step);
@@ -127,20 +129,11 @@ Schedule make_schedule(ScheduleKind kind, int num_workers, int64_t first_step, i
   throw UsageError("unknown schedule kind");
 }
 
-ScheduleKind parse_schedule_kind(const std::string& name) {
-  for (const auto& [kind, text] : kScheduleNames) {
-    if (name == text) return kind;
-  }
-  throw UsageError(c10::str("--schedule ", name, ": unknown schedule; expected stale, sequential,",
-                            " hybrid, gpipe or 1f1b-stash"));
+ScheduleKind schedule_from_name(const std::string& name, const std::string& field) {
+  return value_of(kScheduleNames, name, field);
 }
 
-std::string to_string(ScheduleKind kind) {
-  for (const auto& [k, text] : kScheduleNames) {
-    if (k == kind) return text;
-  }
-  return "unknown";
-}
+std::string to_string(ScheduleKind kind) { return name_of(kScheduleNames, kind); }
 
 std::string to_string(const Op& op) {
   const char* letter = op.kind == OpKind::kForward ? "F" : op.kind == OpKind::kBackward ? "B" : "U";
@@ -238,6 +231,27 @@ ScheduleStats analyze(const Schedule& schedule) {
     }
   }
   return stats;
+}
+
+void tally_staleness(const Schedule& schedule, int64_t end_step, const std::vector<int>& full_delay,
+                     StalenessTally& tally) {
+  const size_t K = static_cast<size_t>(schedule.num_workers);
+  SP_CHECK_ARG(full_delay.size() == K, "tally_staleness: ", full_delay.size(),
+               " full delays for ", K, " workers");
+  tally.max_delay.resize(K, 0);
+  tally.forwards.resize(K, 0);
+  tally.forwards_at_full.resize(K, 0);
+  for (size_t k = 0; k < K; ++k) {
+    int64_t applied = 0;  // every worker applies its updates in step order
+    for (const Op& op : schedule.worker_ops[k]) {
+      if (op.kind == OpKind::kUpdate) ++applied;
+      if (op.kind != OpKind::kForward || op.micro != 0 || op.step >= end_step) continue;
+      const int delay = static_cast<int>(op.step - schedule.first_step - applied);
+      tally.max_delay[k] = std::max(tally.max_delay[k], delay);
+      ++tally.forwards[k];
+      if (delay >= full_delay[k]) ++tally.forwards_at_full[k];
+    }
+  }
 }
 
 std::string format_schedule_table(const Schedule& schedule, int max_rows) {

@@ -10,6 +10,7 @@
 #include "common/json_file_impl.h"
 #include "stalepipe/common/error.h"
 #include "stalepipe/common/files.h"
+#include "stalepipe/partition/plan.h"
 #include "stalepipe/study/sweep.h"
 #include "svg_chart_impl.h"
 
@@ -56,7 +57,7 @@ std::string fixed(double v, int digits) {
 void write_results(const Experiment& experiment) {
   std::vector<Finished> done;
   for (const auto& run : experiment.runs) {
-    const fs::path dir = run.options.out();
+    const fs::path dir = run.options.run().out();
     if (fs::exists(dir / "diverged.json") && !fs::exists(dir / "summary.json")) {
       done.push_back(Finished{&run, nlohmann::json(), {}});
       continue;
@@ -135,8 +136,8 @@ void write_results(const Experiment& experiment) {
     const std::string diverged_note =
         diverged ? c10::str(" (", diverged, " of ", by_name[name].size(), " seeds diverged)") : "";
     if (!any) {
-      md << "| " << name << " | " << by_name[name].front()->run->options.model() << " | "
-         << by_name[name].front()->run->options.pipeline() << " | | | | " << by_name[name].size()
+      md << "| " << name << " | " << by_name[name].front()->run->options.run().model() << " | "
+         << partition::format_ppv(by_name[name].front()->run->options.pipeline().ppv()) << " | | | | " << by_name[name].size()
          << " | diverged" << diverged_note << " | | | | |\n";
       continue;
     }

@@ -10,9 +10,9 @@
 #include "common/json_file_impl.h"
 #include "stalepipe/common/error.h"
 #include "stalepipe/common/files.h"
-#include "stalepipe/train/checkpoint.h"
+#include "stalepipe/api/options_json.h"
+#include "stalepipe/exec/checkpoint.h"
 #include "stalepipe/train/trainer.h"
-#include "train/options_json.h"
 
 namespace stalepipe::study {
 namespace fs = std::filesystem;
@@ -54,7 +54,7 @@ Experiment load_experiment(const std::string& path, const ExperimentOverrides& o
                                            : (base / out).lexically_normal().string();
     const auto seeds = file.value("seeds", std::vector<uint64_t>{1});
     SP_CHECK_ARG(!seeds.empty(), path, ": \"seeds\" is empty");
-    const nlohmann::json known = train::to_json(train::TrainOptions());
+    const nlohmann::json known = to_json(Options());
     nlohmann::json defaults = known;
     if (file.contains("defaults")) merge_options(defaults, file["defaults"], path + ": defaults", known);
     const auto& runs = file.at("runs");
@@ -74,7 +74,7 @@ Experiment load_experiment(const std::string& path, const ExperimentOverrides& o
         planned.baseline = run.value("baseline", false);
         options["seed"] = seed;
         options["out"] = (fs::path(ex.out) / (name + "-s" + std::to_string(seed))).string();
-        planned.options = train::options_from_json(options, path + ": run " + name);
+        planned.options = options_from_json(options, path + ": run " + name);
         ex.runs.push_back(planned);
       }
     }
@@ -87,16 +87,17 @@ Experiment load_experiment(const std::string& path, const ExperimentOverrides& o
 }
 
 RunState run_state(const PlannedRun& run) {
-  const fs::path config = fs::path(run.options.out()) / "config.json";
+  const std::string& out = run.options.run().out();
+  const fs::path config = fs::path(out) / "config.json";
   if (fs::exists(config)) {
-    const auto trained = train::options_from_json(read_json_file(config.string()), config.string());
-    SP_CHECK_ARG(train::config_hash(trained) == train::config_hash(run.options), run.options.out(),
+    const auto trained = options_from_json(read_json_file(config.string()), config.string());
+    SP_CHECK_ARG(config_hash(trained) == config_hash(run.options), out,
                  " holds a run with other settings than the experiment file now gives for ",
                  run.name, " seed ", run.seed, "; move that folder away (or restore the file)");
   }
-  if (fs::exists(fs::path(run.options.out()) / "summary.json")) return RunState::kFinished;
-  if (fs::exists(fs::path(run.options.out()) / "diverged.json")) return RunState::kDiverged;
-  if (train::has_checkpoint(run.options.out())) return RunState::kInterrupted;
+  if (fs::exists(fs::path(out) / "summary.json")) return RunState::kFinished;
+  if (fs::exists(fs::path(out) / "diverged.json")) return RunState::kDiverged;
+  if (exec::has_checkpoint(out)) return RunState::kInterrupted;
   return RunState::kMissing;
 }
 
@@ -113,7 +114,7 @@ int run_sweep(const Experiment& experiment, const SweepOptions& options) {
   for (const auto& name : options.names) {
     SP_CHECK_ARG(std::any_of(experiment.runs.begin(), experiment.runs.end(),
                              [&](const PlannedRun& run) { return run.name == name; }),
-                 "--run ", name, ": the experiment has no run of that name");
+                 "SweepOptions::names ", name, ": the experiment has no run of that name");
   }
   int trained = 0;
   size_t index = 0;
@@ -133,22 +134,22 @@ int run_sweep(const Experiment& experiment, const SweepOptions& options) {
                  run.name.c_str(), static_cast<unsigned long long>(run.seed), label, action);
     if (options.dry_run || done) continue;
     auto o = run.options;
-    o.progress(options.progress);
+    o.run().progress(options.progress);
     try {
       if (state == RunState::kInterrupted) {
-        train::resume(o.out());
+        train::resume(o.run().out());
       } else {
         // A folder without a checkpoint holds nothing worth keeping (a run that died before
         // its first checkpoint): start it again.
         std::error_code ignored;
-        fs::remove_all(o.out(), ignored);
+        fs::remove_all(o.run().out(), ignored);
         train::train(o);
       }
     } catch (const train::DivergedError& e) {
       // Divergence under staleness is a result of the study, not a failure of the sweep.
       std::fprintf(stderr, "sweep: %s seed %llu diverged: %s\n", run.name.c_str(),
                    static_cast<unsigned long long>(run.seed), e.what());
-      write_file_atomic((fs::path(o.out()) / "diverged.json").string(),
+      write_file_atomic((fs::path(o.run().out()) / "diverged.json").string(),
                         nlohmann::json{{"diverged", true}, {"message", e.what()}}.dump(2) + "\n");
     }
     ++trained;

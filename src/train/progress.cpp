@@ -8,11 +8,9 @@
 
 namespace stalepipe::train {
 
-Progress::Progress(const std::string& mode, int64_t total_steps)
+Progress::Progress(ProgressMode mode, int64_t total_steps)
     : total_steps_(total_steps), start_(std::chrono::steady_clock::now()), last_draw_(start_) {
-  SP_CHECK_ARG(mode == "auto" || mode == "bar" || mode == "lines" || mode == "none",
-               "--progress ", mode, ": expected auto, bar, lines or none");
-  bar_ = mode == "bar" || (mode == "auto" && ::isatty(STDERR_FILENO));
+  bar_ = mode == ProgressMode::kBar || (mode == ProgressMode::kAuto && ::isatty(STDERR_FILENO));
 }
 
 void Progress::step(int64_t epoch, int64_t step, double loss, double images_per_second) {

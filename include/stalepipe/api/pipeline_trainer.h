@@ -1,67 +1,85 @@
-// Train your own model as a pipeline with stale weights: the library's entry point.
+// Train a model as a pipeline with stale weights: the library's entry point and the one
+// training loop (the CLI's `train`, `bench`, `memory` and the sweeps are its callers).
 //
 //   auto model = stalepipe::models::ModelBuilder("mycnn", {1, 28, 28, 10}).add(...).build();
-//   stalepipe::PipelineTrainer trainer(model, stalepipe::PipelineOptions().partitions(3));
-//   trainer.fit(*torch_data_loader, /*epochs=*/2);          // or, step by step:
+//   stalepipe::Options options;
+//   options.pipeline().partitions(3);
+//   options.optimizer().lr_schedule(stalepipe::LrScheduleKind::kConstant);
+//   stalepipe::PipelineTrainer trainer(model, options);
+//   trainer.fit(*torch_data_loader, /*epochs=*/2);           // or, step by step:
 //   if (auto loss = trainer.feed(x, y)) use(*loss);          //   loss of an earlier batch
 //   for (const auto& loss : trainer.flush()) use(loss);      //   drain, the rest
-//
-// The CLI (`stalepipe train`) builds its pipeline and runs its segments through this class.
 //
 // Semantics (docs/design.md): the model's units are cut into K partitions; partition k's
 // forward of mini-batch t uses its weights as they are then (stale schedule: missing the
 // updates of the d_k = 2(K-k)-1 mini-batches before t), its backward uses the weights current
 // at backward time with the activations saved by the forward, and its update is applied at
-// once. Mini-batches stream without a flush until flush()/finish(), the end of a fit() epoch,
-// the hybrid switch, or every options.segment_steps mini-batches; there the pipeline drains
-// (every update of every fed mini-batch is applied).
+// once. Mini-batches stream without a flush between *segment boundaries*, where the pipeline
+// drains (every update of every fed mini-batch is applied): the end of an epoch, every
+// RunOptions::checkpoint_every steps, the hybrid switch, RunOptions::stop_at_step, a stop
+// request, flush()/finish(), and every PipelineOptions::segment_steps mini-batches.
+//
+// Epoch-valued options (the learning-rate schedule, warmup_epochs, delay_lr_anneal_epochs, a
+// hybrid switch in epochs) need the epoch length: pass steps_per_epoch to the constructor (or
+// use fit(BatchSource&) on a source that knows it), or give them in steps / as lr_at.
 //
 // Shapes: x is float [B, C, H, W] (model.input; any device, copied to partition 1's device),
 // y is what the loss takes (int64 class indices [B] for the default cross-entropy).
 //
 // Threading: one thread at a time may call a PipelineTrainer. With the threads executor, K
-// worker threads run the partitions while feed() returns; callbacks passed to fit() run on
-// the calling thread. options.lr_at and options.loss run on worker threads.
+// worker threads run the partitions while feed() returns; hooks and callbacks run on the
+// calling thread, except options.optimizer().lr_at and .loss, which run on worker threads.
+//
+// Processes: with PipelineOptions::executor kProcesses every rank builds the same trainer
+// (options.pipeline().group says where it sits) and makes the same calls; rank r trains
+// partition r+1 only, rank 0 reads the data, the losses arrive where the last partition runs
+// and epoch metrics reach every rank.
 //
 // Errors: UsageError for bad options (naming the field) or misuse (feed after finish(),
 // evaluate/save/load with mini-batches in the pipeline); RuntimeError for failures at run
-// time ("partition k, mini-batch t: <cause>"), after which the trainer refuses further use.
+// time ("partition k, mini-batch t: <cause>"); DivergedError when the loss or the weights stop
+// being finite. After a failure every call but load() throws RuntimeError naming it; load() of
+// a good checkpoint clears it.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
 #include <torch/types.h>
 
-#include "stalepipe/api/pipeline_options.h"
+#include "stalepipe/api/options.h"
 #include "stalepipe/common/error.h"
 #include "stalepipe/exec/executor.h"
+#include "stalepipe/exec/group.h"
 #include "stalepipe/exec/pipeline.h"
 #include "stalepipe/models/model.h"
 #include "stalepipe/partition/plan.h"
+#include "stalepipe/schedule/schedule.h"
 
 namespace stalepipe {
 
-// The loss of one mini-batch as the last partition computed it (with that partition's weights
-// at the time; earlier partitions' weights as the schedule's staleness implies).
-struct StepLoss {
-  int64_t step = 0;     // global mini-batch index, counted from 0 over the trainer's life
-  double loss = 0;      // the loss function's value (mean cross-entropy by default)
-  int64_t correct = 0;  // top-1 hits (0 unless logits [B, classes] and int64 labels [B])
-  int64_t samples = 0;  // B
-};
+using exec::StepLoss;
 
+// After each epoch (its drain and, with a test source, its evaluation).
 struct EpochSummary {
   int64_t epoch = 0;          // 1-based, counted over the trainer's life
   int64_t end_step = 0;       // global steps done after this epoch
+  double lr = 0;              // learning rate of the epoch's last step
   double train_loss = 0;      // sample-weighted mean over the epoch
   double train_accuracy = 0;  // 0..1
   int64_t samples = 0;
+  bool evaluated = false;     // test_* hold the evaluation of this epoch's weights
+  double test_loss = 0;
+  double test_accuracy = 0;
+  double images_per_second = 0;  // training images / training seconds of this epoch
+  double wall_seconds = 0;       // training seconds since the run began (evaluation excluded)
 };
 
 struct EvalResult {
@@ -70,43 +88,93 @@ struct EvalResult {
   int64_t samples = 0;
 };
 
-struct FitCallbacks {
-  std::function<void(const StepLoss&)> on_step;      // every mini-batch's loss, in step order
-  std::function<void(const EpochSummary&)> on_epoch;  // after each epoch's drain (save() is allowed)
-};
-
-// What building the pipeline resolved.
+// What building the pipeline resolved, and the staleness the run has had so far.
 struct PipelineInfo {
   std::vector<int> ppv;                      // registers after these weight layers
   std::vector<std::string> units;            // per partition: "conv1..fc1"
   std::vector<int64_t> parameters;           // trainable parameters per partition
-  std::vector<int> staleness;                // d_k, derived from the schedule
+  std::vector<int> staleness;                // d_k of the schedule's steady state
   std::vector<int> max_in_flight;            // activations held at once per partition
   std::vector<int> weight_versions;          // weight copies held at once (> 1 when stashing)
   std::vector<int> threads_per_worker;
+  std::vector<torch::Device> devices;
   double stale_weight_percent = 0;           // share of parameters in partitions with d_k > 0
   int lag = 0;  // feed() of step t returns the loss of step t - lag (0 without pipelining)
+  int64_t hybrid_switch_step = -1;           // first sequential step of a hybrid run
+  // As it ran (this trainer's segments, not a resumed run's earlier ones): the largest delay
+  // any forward had, the forwards counted, and those at the full d_k.
+  schedule::StalenessTally ran;
+};
+
+// Mini-batches for the training loop, one epoch at a time, in order.
+class BatchSource {
+ public:
+  virtual ~BatchSource() = default;
+  // Mini-batches per epoch, or -1 if unknown (the epoch ends where next() runs out; the
+  // processes executor needs it known).
+  virtual int64_t batches_per_epoch() const { return -1; }
+  // Begins epoch `epoch` (0-based) at its mini-batch `first` (> 0 after a mid-epoch resume).
+  virtual void start_epoch(int64_t epoch, int64_t first) = 0;
+  // The next mini-batch; an undefined x once the epoch is over.
+  virtual exec::Input next() = 0;
+};
+
+// The training loop's hooks. All run on the calling thread.
+struct FitHooks {
+  // Every mini-batch's loss, in step order (where the last partition runs).
+  std::function<void(const StepLoss&)> on_step;
+  // After each epoch's drain and evaluation (save() is allowed).
+  std::function<void(const EpochSummary&)> on_epoch;
+  // Where a checkpoint belongs: every RunOptions::checkpoint_every steps within an epoch, after
+  // each epoch (after on_epoch) and when stopped. The pipeline is drained; save() is allowed.
+  std::function<void(int64_t step)> on_checkpoint;
+  // Once per fit: a note for the user (e.g. the staleness is reduced by short segments).
+  std::function<void(const std::string&)> on_warning;
+  // Set to true (e.g. from a SIGINT handler) to drain, call on_checkpoint and return.
+  const std::atomic<bool>* stop = nullptr;
+  // Tracing: every op of every segment (exec::SegmentContext::on_op).
+  std::function<void(int worker, const schedule::Op& op, double start, double end)> on_op;
+};
+
+struct FitResult {
+  std::vector<EpochSummary> epochs;  // the epochs this call finished
+  int64_t steps = 0;                 // global step at the end
+  bool stopped = false;              // by hooks.stop or RunOptions::stop_at_step
+  double images_per_second = 0;      // this call's training images / training seconds
+  double wall_seconds = 0;           // training seconds of the run (resumed runs: all sittings)
 };
 
 class PipelineTrainer {
  public:
-  // Cuts `model` (its modules are shared, not copied, and moved to options.devices) into
-  // partitions and builds one SGD optimizer per partition. Throws UsageError for a bad
-  // option, a register where the model allows none (naming the unit and listing the allowed
-  // layers), or a device that is not present ("cuda:1 is not present; this machine has 0
-  // CUDA device(s)").
-  PipelineTrainer(models::Model model, PipelineOptions options = {});
+  // Cuts `model` (its modules are shared, not copied, and moved to the devices) with
+  // assemble() (api/assemble.h) and builds one SGD optimizer per partition. steps_per_epoch:
+  // mini-batches per epoch where known (0: unknown). Throws UsageError for a bad option, a
+  // register where the model allows none (naming the unit and listing the allowed layers), a
+  // device that is not present, or an epoch-valued option without steps_per_epoch. With the
+  // processes executor it also meets the other ranks (exec/processes.h).
+  PipelineTrainer(models::Model model, Options options = {}, int64_t steps_per_epoch = 0);
   // Drains a running pipeline (as finish(), errors swallowed).
   ~PipelineTrainer();
   PipelineTrainer(const PipelineTrainer&) = delete;
   PipelineTrainer& operator=(const PipelineTrainer&) = delete;
 
-  // --- Step by step ---------------------------------------------------------------------
+  // --- The loop ---------------------------------------------------------------------------
+  // Trains from step() until RunOptions::epochs epochs are done (counted over the trainer's
+  // life) or RunOptions::max_steps mini-batches, or until stopped; evaluates on `test` (if
+  // given) after each epoch.
+  FitResult fit(BatchSource& train, const FitHooks& hooks = {}, BatchSource* test = nullptr);
+  // `epochs` passes over `loader`: any range whose elements are batches with tensor members
+  // `data` and `target` (torch::data::Example<>, e.g. a torch::data loader with the Stack<>
+  // transform) or vectors of such examples (stacked here).
+  template <typename Loader, typename = std::enable_if_t<!std::is_base_of_v<BatchSource, Loader>>>
+  std::vector<EpochSummary> fit(Loader& loader, int64_t epochs, const FitHooks& hooks = {});
+
+  // --- Step by step -----------------------------------------------------------------------
   // Puts mini-batch (x, y) into the pipeline as step step() and returns the loss of step
   // step() - info().lag once it has come out of the last partition (nullopt while the
   // pipeline fills after construction or flush()). Blocks only until that loss exists; the
-  // executor keeps working on the later mini-batches. Throws UsageError after finish() or for
-  // x/y with different batch sizes; RuntimeError if a partition failed (see above).
+  // executor keeps working on the later mini-batches. Throws UsageError after finish(), with
+  // the processes executor, or for x/y with different batch sizes.
   std::optional<StepLoss> feed(torch::Tensor x, torch::Tensor y);
   // Drains the pipeline: every fed mini-batch finishes its backward and update. Returns the
   // losses feed() has not returned yet, in step order. Feeding may continue afterwards.
@@ -116,23 +184,21 @@ class PipelineTrainer {
   int64_t step() const { return next_step_; }  // global index of the next mini-batch
   int64_t in_flight() const { return next_step_ - returned_; }  // fed, loss not yet returned
 
-  // --- Loops ----------------------------------------------------------------------------
-  // `epochs` passes over `loader`: any range whose elements are batches with tensor members
-  // `data` and `target` (torch::data::Example<>, e.g. a torch::data loader with the Stack<>
-  // transform) or vectors of such examples (stacked here). Drains at each epoch's end.
-  template <typename Loader>
-  std::vector<EpochSummary> fit(Loader& loader, int64_t epochs, const FitCallbacks& callbacks = {});
-  // Loss and top-1 accuracy over `loader` (same batch types as fit) with the current weights,
-  // batch-norm in eval mode, no gradients. Throws UsageError with mini-batches in flight.
-  template <typename Loader>
+  // --- Evaluation -------------------------------------------------------------------------
+  // Loss (options.optimizer().loss) and top-1 accuracy over a pass of `test` with the current
+  // weights, batch-norm in eval mode, no gradients; on every rank with processes.
+  EvalResult evaluate(BatchSource& test);
+  template <typename Loader, typename = std::enable_if_t<!std::is_base_of_v<BatchSource, Loader>>>
   EvalResult evaluate(Loader& loader);
   // Output of the whole model for x [B, C, H, W] (eval mode, no graph), on the last device.
-  // Throws UsageError with mini-batches in flight.
+  // Local executors only.
   torch::Tensor predict(const torch::Tensor& x);
 
-  // --- Persistence ----------------------------------------------------------------------
-  // Writes DIR/checkpoint/ (train/checkpoint.h: one shard per partition with weights,
-  // buffers and optimizer state, plus the step). load() restores them into a trainer built
+  // --- Persistence ------------------------------------------------------------------------
+  // Writes DIR/checkpoint/ (exec/checkpoint.h: one shard per partition with weights, buffers
+  // and optimizer state; the step, epochs done, training time and the running epoch totals).
+  // Throws DivergedError (and writes nothing) if a weight is not finite. With processes every
+  // rank writes its shard, rank 0 the manifest. load() restores them into a trainer built
   // with the same model and partitions and continues at the saved step. Both throw
   // UsageError with mini-batches in flight; load throws RuntimeError if the checkpoint is
   // missing or does not match the partitions.
@@ -143,26 +209,49 @@ class PipelineTrainer {
   const models::Model& model() const { return model_; }
   const partition::Plan& plan() const { return plan_; }
   const PipelineInfo& info() const { return info_; }
-  const PipelineOptions& options() const { return options_; }
+  const Options& options() const { return options_; }
   exec::Pipeline& pipeline() { return *pipeline_; }
   exec::Executor& executor() { return *executor_; }
-  // Replaces the executor (e.g. exec::make_processes_executor). Not while feeding.
-  void use_executor(std::unique_ptr<exec::Executor> executor);
-  // Copies of all parameters, partition by partition, in module order.
+  exec::Group& group() { return *group_; }
+  // The learning rate of global step t.
+  double lr_at(int64_t step) const { return lr_(step); }
+  int64_t epochs_done() const { return epochs_done_; }
+  // Global steps the run trains (RunOptions::epochs x steps_per_epoch, capped by max_steps);
+  // -1 when the epoch length is unknown and max_steps is 0.
+  int64_t total_steps() const { return total_steps_; }
+  // Copies of all parameters, partition by partition, in module order (with processes only
+  // this rank's partition is trained).
   std::vector<torch::Tensor> parameters() const { return pipeline_->parameters(); }
-
-  // Runs global steps [first, end) as one segment (fill, stream, drain) with the schedule the
-  // options imply for `first` (hybrid: stale before the switch, sequential from it). Fills in
-  // context.lr and context.threads_per_worker when they are empty. Throws UsageError if
-  // the segment is empty or straddles the hybrid switch. Used by feed() and by the CLI.
-  exec::SegmentResult run_segment(int64_t first, int64_t end, exec::SegmentContext context);
 
  private:
   struct Feeder;
+  struct EpochTotals {
+    double loss_sum = 0, seconds = 0;
+    int64_t correct = 0, samples = 0;
+  };
+  struct Segment {
+    int64_t end_step = 0;
+    bool stopped = false, exhausted = false;
+  };
+  template <typename Range>
+  friend class RangeSource;
+
+  void build_lr(int64_t steps_per_epoch);
+  void build_executor();
+  void describe();
+  void check_usable(const char* what) const;
   void check_drained(const char* what) const;
+  // The one place that runs steps [first, end): the schedule for `first`, the executor,
+  // the staleness tally, failures made sticky.
+  exec::SegmentResult run_segment(int64_t first, int64_t end, exec::SegmentContext context);
+  Segment run_fit_segment(BatchSource& source, int64_t end, const FitHooks& hooks);
+  int64_t segment_end(int64_t epoch_end) const;
+  FitResult run_epochs(BatchSource& train, BatchSource* test, int64_t last_epoch, const FitHooks& hooks);
+  EpochSummary finish_epoch(BatchSource* test);
+  void warn_if_reduced(const Segment& segment, int64_t first, const FitHooks& hooks);
+  std::string divergence_message(int64_t step, const std::string& what);
   void start_segment();
   void join_segment();
-  StepLoss eval_batch(const torch::Tensor& x, const torch::Tensor& y);
 
   template <typename Example>
   static std::pair<torch::Tensor, torch::Tensor> tensors_of(const Example& batch) {
@@ -179,68 +268,61 @@ class PipelineTrainer {
   }
 
   models::Model model_;
-  PipelineOptions options_;
-  schedule::ScheduleKind kind_ = schedule::ScheduleKind::kStale;  // before the hybrid switch
+  Options options_;
+  schedule::ScheduleKind kind_ = schedule::ScheduleKind::kStale;  // before any hybrid switch
   partition::Plan plan_;
   PipelineInfo info_;
   std::unique_ptr<exec::Pipeline> pipeline_;
   std::unique_ptr<exec::Executor> executor_;
+  std::unique_ptr<exec::Group> group_;
+  std::function<double(int64_t)> lr_;
   std::unique_ptr<Feeder> feeder_;
+  int64_t steps_per_epoch_ = 0;
+  int64_t total_steps_ = -1;
   int64_t next_step_ = 0;   // next step to feed
   int64_t returned_ = 0;    // first step whose loss has not been returned
   int64_t epochs_done_ = 0;
+  int64_t epoch_begin_ = 0;  // global step at which the current epoch began
+  EpochTotals totals_;       // of the epoch in progress
+  double wall_seconds_ = 0;  // training time of the run, over all sittings
+  std::vector<int> last_delay_;  // max delay per partition in the last segment
+  bool warned_ = false;
   bool finished_ = false;
   std::string failure_;  // non-empty after a run-time failure
 };
 
-template <typename Loader>
-std::vector<EpochSummary> PipelineTrainer::fit(Loader& loader, int64_t epochs,
-                                               const FitCallbacks& callbacks) {
-  SP_CHECK_ARG(epochs >= 1, "fit: epochs must be >= 1, got ", epochs);
-  std::vector<EpochSummary> summaries;
-  for (int64_t e = 0; e < epochs; ++e) {
-    EpochSummary summary;
-    double loss_sum = 0;
-    int64_t correct = 0;
-    auto account = [&](const StepLoss& l) {
-      loss_sum += l.loss * static_cast<double>(l.samples);
-      correct += l.correct;
-      summary.samples += l.samples;
-      if (callbacks.on_step) callbacks.on_step(l);
-    };
-    for (auto&& batch : loader) {
-      auto [x, y] = tensors_of(batch);
-      if (auto l = feed(std::move(x), std::move(y))) account(*l);
-    }
-    for (const StepLoss& l : flush()) account(l);
-    summary.epoch = ++epochs_done_;
-    summary.end_step = next_step_;
-    const double n = static_cast<double>(summary.samples);
-    summary.train_loss = summary.samples ? loss_sum / n : 0;
-    summary.train_accuracy = summary.samples ? static_cast<double>(correct) / n : 0;
-    summaries.push_back(summary);
-    if (callbacks.on_epoch) callbacks.on_epoch(summary);
+// A range of batches (see fit) as a BatchSource.
+template <typename Range>
+class RangeSource : public BatchSource {
+ public:
+  explicit RangeSource(Range& range) : range_(range) {}
+  void start_epoch(int64_t, int64_t first) override {
+    it_.emplace(range_.begin());
+    for (int64_t i = 0; i < first && *it_ != range_.end(); ++i) ++*it_;
   }
-  return summaries;
+  exec::Input next() override {
+    if (*it_ == range_.end()) return {};
+    auto [x, y] = PipelineTrainer::tensors_of(**it_);
+    ++*it_;
+    return {std::move(x), std::move(y)};
+  }
+
+ private:
+  Range& range_;
+  std::optional<decltype(std::declval<Range&>().begin())> it_;
+};
+
+template <typename Loader, typename>
+std::vector<EpochSummary> PipelineTrainer::fit(Loader& loader, int64_t epochs, const FitHooks& hooks) {
+  SP_CHECK_ARG(epochs >= 1, "fit: epochs must be >= 1, got ", epochs);
+  RangeSource<Loader> source(loader);
+  return run_epochs(source, nullptr, epochs_done_ + epochs, hooks).epochs;
 }
 
-template <typename Loader>
+template <typename Loader, typename>
 EvalResult PipelineTrainer::evaluate(Loader& loader) {
-  check_drained("evaluate");
-  EvalResult result;
-  double loss_sum = 0;
-  int64_t correct = 0;
-  for (auto&& batch : loader) {
-    auto [x, y] = tensors_of(batch);
-    const StepLoss l = eval_batch(x, y);
-    loss_sum += l.loss * static_cast<double>(l.samples);
-    correct += l.correct;
-    result.samples += l.samples;
-  }
-  SP_CHECK_ARG(result.samples > 0, "evaluate: the loader gave no samples");
-  result.loss = loss_sum / static_cast<double>(result.samples);
-  result.accuracy = static_cast<double>(correct) / static_cast<double>(result.samples);
-  return result;
+  RangeSource<Loader> source(loader);
+  return evaluate(source);
 }
 
 }  // namespace stalepipe

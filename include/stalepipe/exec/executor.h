@@ -74,9 +74,14 @@ class Executor {
                             const SegmentContext& context) = 0;
 };
 
-// "emulated" | "threads". Throws UsageError for other names, and for "processes", which needs
-// a process group (make_processes_executor in exec/processes.h).
-std::unique_ptr<Executor> make_executor(const std::string& name);
-std::vector<std::string> executor_names();
+enum class ExecutorKind { kEmulated, kThreads, kProcesses };
+// "emulated" | "threads" | "processes"; UsageError naming `field` otherwise.
+ExecutorKind executor_from_name(const std::string& name,
+                                const std::string& field = "PipelineOptions::executor");
+std::string to_string(ExecutorKind kind);
+
+// kEmulated or kThreads. Throws UsageError for kProcesses, which needs a process group
+// (make_processes_executor in exec/processes.h).
+std::unique_ptr<Executor> make_executor(ExecutorKind kind);
 
 }  // namespace stalepipe::exec

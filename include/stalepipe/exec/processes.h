@@ -13,7 +13,8 @@
 //
 // Failures: every wait is bounded by timeout_seconds. A peer that closed its connection (died)
 // or did not answer in time becomes RuntimeError "rank 2 (partition 3) did not answer within
-// 60 s: ..." naming the peer; the rank then exits and its own peers see it disappear.
+// 60 s: ..." naming the peer; the error ends the rank's run (the CLI exits), and its own peers
+// see it disappear.
 // Threading: a ProcessGroup is used by one thread at a time.
 #pragma once
 
@@ -26,6 +27,7 @@
 #include <torch/types.h>
 
 #include "stalepipe/exec/executor.h"
+#include "stalepipe/exec/group.h"
 
 namespace stalepipe::exec {
 
@@ -94,9 +96,12 @@ class ProcessGroup {
   bool failed_ = false;
 };
 
-// The executor for `--executor processes` in the process of rank group->rank(): run() runs
-// worker rank's operations on stages[rank]; the other stages stay untouched.
+// The processes executor in the process of rank group->rank(): run() runs worker rank's
+// operations on stages[rank]; the other stages stay untouched.
 std::unique_ptr<Executor> make_processes_executor(std::shared_ptr<ProcessGroup> group);
+
+// The training loop's view of the group (exec/group.h): rank r owns partition r.
+std::unique_ptr<Group> make_rank_group(std::shared_ptr<ProcessGroup> group);
 
 // Evaluation forward through the pipeline ranks: rank 0 passes the input batch and its labels,
 // the other ranks undefined tensors. The last rank gets the logits (eval mode, no graph) and

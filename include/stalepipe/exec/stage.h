@@ -37,11 +37,13 @@
 
 namespace stalepipe::exec {
 
-// What the last stage reports for a mini-batch.
+// The loss of one mini-batch as the last partition computed it (with that partition's weights
+// at the time; earlier partitions' weights as the schedule's staleness implies).
 struct StepLoss {
-  double loss = 0;      // mean cross-entropy over the batch
-  int64_t correct = 0;  // top-1 hits
-  int64_t samples = 0;
+  int64_t step = 0;     // global mini-batch index (filled in by the training loop)
+  double loss = 0;      // the loss function's value
+  int64_t correct = 0;  // top-1 hits (0 unless logits [B, classes] and int64 labels [B])
+  int64_t samples = 0;  // B
 };
 
 // The training loss of the last stage: a scalar from the model output and the targets.

@@ -31,14 +31,20 @@ std::vector<int> balance(const models::Model& model, const std::vector<double>& 
 double max_partition_cost(const models::Model& model, const std::vector<double>& unit_cost,
                           const std::vector<int>& ppv);
 
-// Per-unit costs by criterion:
-//   "time"   - forward + backward ms from a profile of this model;
-//   "params" - trainable parameters;
-//   "flops"  - forward MFLOPs per sample (models::describe_units; backward is about twice
-//              the forward for every unit, so the ratio between units is the same).
-// "time" needs `profile` (non-null, one row per unit); throws UsageError otherwise or for an
-// unknown criterion. `model` is not const because describe_units runs a forward.
-std::vector<double> unit_costs(models::Model& model, const std::string& criterion,
+// What a partition's cost is:
+//   kTime   - forward + backward ms from a profile of this model;
+//   kParams - trainable parameters (deterministic);
+//   kFlops  - forward MFLOPs per sample (models::describe_units; backward is about twice
+//             the forward for every unit, so the ratio between units is the same).
+enum class Balance { kTime, kParams, kFlops };
+// "time" | "params" | "flops"; UsageError naming `field` otherwise.
+Balance balance_from_name(const std::string& name,
+                          const std::string& field = "PipelineOptions::balance");
+std::string to_string(Balance criterion);
+
+// Per-unit costs by criterion. kTime needs `profile` (non-null, one row per unit); throws
+// UsageError otherwise. `model` is not const because describe_units runs a forward.
+std::vector<double> unit_costs(models::Model& model, Balance criterion,
                                const Profile* profile = nullptr);
 
 }  // namespace stalepipe::partition

@@ -40,6 +40,8 @@
 
 #include <torch/arg.h>
 
+#include "stalepipe/partition/balance.h"
+
 namespace stalepipe::sim {
 struct PartitionCosts;
 }
@@ -50,9 +52,9 @@ struct BenchOptions {
   TORCH_ARG(std::string, model) = "lenet5";
   TORCH_ARG(int64_t, batch_size) = 128;     // >= 1
   TORCH_ARG(int64_t, channels) = 1;         // input channels (1: Fashion-MNIST, 3: CIFAR-10)
-  TORCH_ARG(std::string, pipeline) = "";    // PPV; empty: choose one for `partitions`
-  TORCH_ARG(int, partitions) = 2;           // K when pipeline is empty, 2..64
-  TORCH_ARG(std::string, balance) = "time"; // time | params | flops
+  TORCH_ARG(std::vector<int>, ppv) = {};    // registers; empty: choose them for `partitions`
+  TORCH_ARG(int, partitions) = 2;           // K when ppv is empty, 2..64
+  TORCH_ARG(partition::Balance, balance) = partition::Balance::kTime;
   TORCH_ARG(int64_t, warmup_steps) = 3;     // >= 0
   TORCH_ARG(int64_t, steps) = 20;           // >= 4K + 2 (steady state needs fill and drain cut)
   TORCH_ARG(int, threads) = 0;              // cores in all; 0 = std::thread::hardware_concurrency

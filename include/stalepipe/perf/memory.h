@@ -64,7 +64,7 @@ MemoryTable predict_memory(const std::vector<int64_t>& activation_bytes,
 
 struct MemoryOptions {
   std::string model = "lenet5";
-  std::string pipeline;        // PPV, at least one register
+  std::vector<int> ppv;        // registers: at least one
   int64_t batch_size = 128;
   int64_t channels = 1;
   uint64_t seed = 1;

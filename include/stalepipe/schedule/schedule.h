@@ -43,6 +43,8 @@ enum class ScheduleKind {
   kStale,       // the paper's PPL-SGD: see make_stale()
   kGPipe,       // micro-batches, flush before the update: see make_gpipe()
   kOneFOneB,    // PipeDream's 1F1B with weight stashing: see make_one_f_one_b()
+  kHybrid,      // kStale up to a switch point, kSequential after it (the training loop
+                // picks one of the two per segment; make_schedule refuses kHybrid itself)
 };
 
 struct Schedule {
@@ -80,12 +82,14 @@ Schedule make_gpipe(int num_workers, int64_t first_step, int64_t end_step, int m
 // versions.
 Schedule make_one_f_one_b(int num_workers, int64_t first_step, int64_t end_step);
 
-// micro_batches applies to kGPipe only (must be 1 otherwise).
+// micro_batches applies to kGPipe only (must be 1 otherwise). Throws UsageError for kHybrid.
 Schedule make_schedule(ScheduleKind kind, int num_workers, int64_t first_step, int64_t end_step,
                        int micro_batches = 1);
 
-// "sequential" | "stale" | "gpipe" | "1f1b-stash"; anything else throws UsageError.
-ScheduleKind parse_schedule_kind(const std::string& name);
+// "sequential" | "stale" | "gpipe" | "1f1b-stash" | "hybrid"; anything else throws UsageError
+// naming `field` (the option the name came from) and the allowed names.
+ScheduleKind schedule_from_name(const std::string& name,
+                                const std::string& field = "PipelineOptions::schedule");
 std::string to_string(ScheduleKind kind);
 std::string to_string(const Op& op);  // "F12", "B12", "U12"; "F12.3" for micro-batch 3
 
@@ -119,6 +123,19 @@ struct ScheduleStats {
 
 // Derives the per-worker staleness and in-flight counts from the operation lists.
 ScheduleStats analyze(const Schedule& schedule);
+
+// Staleness as it ran: per worker, the largest delay any forward had (the updates of earlier
+// mini-batches it missed; a segment starts with every earlier update applied, so a short
+// segment never reaches the steady state's d_k) and how many forwards ran at a delay of at
+// least full_delay[k]. Micro-batches of one step count as one forward.
+struct StalenessTally {
+  std::vector<int> max_delay;             // per worker
+  std::vector<int64_t> forwards;          // per worker
+  std::vector<int64_t> forwards_at_full;  // per worker: delay >= full_delay[k]
+};
+// Adds the forwards of steps [schedule.first_step, end_step) to `tally` (sized on first use).
+void tally_staleness(const Schedule& schedule, int64_t end_step, const std::vector<int>& full_delay,
+                     StalenessTally& tally);
 
 // A space-time table for `stalepipe schedule` and docs/design.md: one column per worker, one
 // row per time slot, assuming every forward and backward takes one slot (equal partitions).

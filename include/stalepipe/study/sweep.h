@@ -23,7 +23,7 @@
 #include <string>
 #include <vector>
 
-#include "stalepipe/train/options.h"
+#include "stalepipe/api/options.h"
 
 namespace stalepipe::study {
 
@@ -31,7 +31,7 @@ struct PlannedRun {
   std::string name;      // run name from the file
   uint64_t seed = 0;
   bool baseline = false;
-  train::TrainOptions options;  // out() is the run folder
+  Options options;  // run().out() is the run folder
 };
 
 struct Experiment {
@@ -59,7 +59,7 @@ RunState run_state(const PlannedRun& run);
 
 struct SweepOptions {
   bool dry_run = false;   // only report the states
-  std::string progress = "lines";
+  ProgressMode progress = ProgressMode::kLines;
   // Only the runs of these seeds (empty: all). Sweeps of different seeds of one experiment
   // may run at the same time, e.g. one per core; `--collect` then tabulates them together.
   std::vector<uint64_t> seeds;

@@ -6,12 +6,14 @@
 #include <cstdint>
 #include <string>
 
+#include "stalepipe/api/options.h"
+
 namespace stalepipe::train {
 
 class Progress {
  public:
-  // mode: auto (bar if stderr is a terminal) | bar | lines | none.
-  Progress(const std::string& mode, int64_t total_steps);
+  // kAuto: a bar if stderr is a terminal; kBar: always; kLines, kNone: no bar.
+  Progress(ProgressMode mode, int64_t total_steps);
   // Called after each mini-batch's loss; rate-limited to ~10 redraws per second.
   void step(int64_t epoch, int64_t step, double loss, double images_per_second);
   // Clears the bar line before a log line is printed.

@@ -6,10 +6,16 @@
 #include <string>
 #include <vector>
 
-namespace stalepipe::train {
+namespace stalepipe::optim {
+
+enum class LrScheduleKind { kConstant, kStep, kCosine };
+// "constant" | "step" | "cosine"; UsageError naming `field` otherwise.
+LrScheduleKind lr_schedule_from_name(const std::string& name,
+                                     const std::string& field = "OptimizerOptions::lr_schedule");
+std::string to_string(LrScheduleKind kind);
 
 struct LrScheduleOptions {
-  std::string kind = "cosine";      // constant | step | cosine
+  LrScheduleKind kind = LrScheduleKind::kCosine;
   double base_lr = 0.05;
   double warmup_epochs = 0;         // linear ramp from base_lr/warmup_steps to base_lr
   std::vector<int> milestones;      // step: epochs at which lr is multiplied by gamma
@@ -20,7 +26,7 @@ struct LrScheduleOptions {
 
 class LrSchedule {
  public:
-  // Throws UsageError for an unknown kind, a non-positive lr, or bad milestones.
+  // Throws UsageError (naming OptimizerOptions fields) for a non-positive lr or bad milestones.
   explicit LrSchedule(LrScheduleOptions options);
   double at(int64_t step) const;
   const LrScheduleOptions& options() const { return options_; }
@@ -30,4 +36,4 @@ class LrSchedule {
   int64_t warmup_steps_;
 };
 
-}  // namespace stalepipe::train
+}  // namespace stalepipe::optim

@@ -1,4 +1,4 @@
-#include "stalepipe/train/checkpoint.h"
+#include "stalepipe/exec/checkpoint.h"
 
 #include <filesystem>
 #include <sstream>
@@ -10,7 +10,7 @@
 #include "stalepipe/common/error.h"
 #include "stalepipe/common/files.h"
 
-namespace stalepipe::train {
+namespace stalepipe::exec {
 namespace fs = std::filesystem;
 namespace {
 
@@ -25,7 +25,7 @@ static std::string shard_name(int64_t step, int partition) {
   return "step-" + std::to_string(step) + "/part-" + std::to_string(partition + 1) + ".pt";
 }
 
-void save_checkpoint_shard(const std::string& run_dir, exec::Stage& stage, int partition,
+void save_checkpoint_shard(const std::string& run_dir, Stage& stage, int partition,
                            int partitions, const CheckpointInfo& info) {
   SP_CHECK(stage.in_flight() == 0, "checkpoint at step ", info.step, ": partition ",
            partition + 1, " still has mini-batches in flight");
@@ -70,7 +70,7 @@ void write_checkpoint_manifest(const std::string& run_dir, int partitions,
   }
 }
 
-void save_checkpoint(const std::string& run_dir, const std::vector<exec::Stage*>& stages,
+void save_checkpoint(const std::string& run_dir, const std::vector<Stage*>& stages,
                      const CheckpointInfo& info) {
   const int K = static_cast<int>(stages.size());
   for (int k = 0; k < K; ++k) save_checkpoint_shard(run_dir, *stages[k], k, K, info);
@@ -101,7 +101,7 @@ CheckpointInfo read_checkpoint_info(const std::string& run_dir) {
   }
 }
 
-CheckpointInfo load_checkpoint_shard(const std::string& run_dir, exec::Stage& stage, int k,
+CheckpointInfo load_checkpoint_shard(const std::string& run_dir, Stage& stage, int k,
                                      int partitions) {
   const CheckpointInfo info = read_checkpoint_info(run_dir);
   const std::string path = manifest_path(run_dir);
@@ -138,11 +138,11 @@ CheckpointInfo load_checkpoint_shard(const std::string& run_dir, exec::Stage& st
 }
 
 CheckpointInfo load_checkpoint(const std::string& run_dir,
-                               const std::vector<exec::Stage*>& stages) {
+                               const std::vector<Stage*>& stages) {
   const int K = static_cast<int>(stages.size());
   CheckpointInfo info;
   for (int k = 0; k < K; ++k) info = load_checkpoint_shard(run_dir, *stages[k], k, K);
   return info;
 }
 
-}  // namespace stalepipe::train
+}  // namespace stalepipe::exec

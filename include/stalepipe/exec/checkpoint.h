@@ -23,7 +23,7 @@
 
 #include "stalepipe/exec/stage.h"
 
-namespace stalepipe::train {
+namespace stalepipe::exec {
 
 struct CheckpointInfo {
   int64_t step = 0;             // the next mini-batch to train (global step)
@@ -39,13 +39,13 @@ struct CheckpointInfo {
 };
 
 // Throws RuntimeError on I/O failure.
-void save_checkpoint(const std::string& run_dir, const std::vector<exec::Stage*>& stages,
+void save_checkpoint(const std::string& run_dir, const std::vector<Stage*>& stages,
                      const CheckpointInfo& info);
 
 // One partition's shard of the checkpoint at info.step (partition: 0-based, of `partitions`).
 // Writes DIR/checkpoint/step-<S>/part-<partition+1>.pt atomically. Throws RuntimeError on I/O
 // failure or when the stage still has mini-batches in flight.
-void save_checkpoint_shard(const std::string& run_dir, exec::Stage& stage, int partition,
+void save_checkpoint_shard(const std::string& run_dir, Stage& stage, int partition,
                            int partitions, const CheckpointInfo& info);
 
 // Replaces the manifest with one naming the `partitions` shards of info.step, then removes
@@ -61,11 +61,11 @@ CheckpointInfo read_checkpoint_info(const std::string& run_dir);
 // Loads weights, buffers and optimizer state into `stages`. Throws RuntimeError if the
 // manifest is missing or corrupt, names shards that do not exist, or disagrees with the
 // stages (number of partitions, tensor names or shapes).
-CheckpointInfo load_checkpoint(const std::string& run_dir, const std::vector<exec::Stage*>& stages);
+CheckpointInfo load_checkpoint(const std::string& run_dir, const std::vector<Stage*>& stages);
 
 // Loads only partition `partition` (0-based) of a checkpoint of `partitions` partitions into
 // `stage`; the other shards are not read. Same checks as load_checkpoint for that shard.
-CheckpointInfo load_checkpoint_shard(const std::string& run_dir, exec::Stage& stage, int partition,
+CheckpointInfo load_checkpoint_shard(const std::string& run_dir, Stage& stage, int partition,
                                      int partitions);
 
-}  // namespace stalepipe::train
+}  // namespace stalepipe::exec

@@ -1,22 +1,31 @@
-#include "stalepipe/train/lr_schedule.h"
+#include "stalepipe/optim/lr_schedule.h"
 
 #include <cmath>
 
 #include "stalepipe/common/error.h"
+#include "stalepipe/common/names.h"
 
-namespace stalepipe::train {
+namespace stalepipe::optim {
+namespace {
+const std::pair<LrScheduleKind, const char*> kLrScheduleNames[] = {
+    {LrScheduleKind::kConstant, "constant"}, {LrScheduleKind::kStep, "step"}, {LrScheduleKind::kCosine, "cosine"}};
+}  // namespace
+
+LrScheduleKind lr_schedule_from_name(const std::string& name, const std::string& field) {
+  return value_of(kLrScheduleNames, name, field);
+}
+
+std::string to_string(LrScheduleKind kind) { return name_of(kLrScheduleNames, kind); }
 
 LrSchedule::LrSchedule(LrScheduleOptions options) : options_(std::move(options)) {
   SP_CHECK_ARG(options_.base_lr > 0 && std::isfinite(options_.base_lr),
-               "--lr must be a positive number, got ", options_.base_lr);
-  SP_CHECK_ARG(options_.kind == "constant" || options_.kind == "step" || options_.kind == "cosine",
-               "--lr-schedule ", options_.kind, ": expected constant, step or cosine");
-  SP_CHECK_ARG(options_.warmup_epochs >= 0, "--warmup-epochs must be >= 0, got ",
+               "OptimizerOptions::lr must be a positive number, got ", options_.base_lr);
+  SP_CHECK_ARG(options_.warmup_epochs >= 0, "OptimizerOptions::warmup_epochs must be >= 0, got ",
                options_.warmup_epochs);
-  SP_CHECK_ARG(options_.gamma > 0, "--lr-gamma must be > 0, got ", options_.gamma);
+  SP_CHECK_ARG(options_.gamma > 0, "OptimizerOptions::lr_gamma must be > 0, got ", options_.gamma);
   for (size_t i = 0; i < options_.milestones.size(); ++i) {
     SP_CHECK_ARG(options_.milestones[i] > 0 && (i == 0 || options_.milestones[i] > options_.milestones[i - 1]),
-                 "--lr-milestones must be increasing positive epochs");
+                 "OptimizerOptions::lr_milestones must be increasing positive epochs");
   }
   warmup_steps_ = static_cast<int64_t>(std::llround(options_.warmup_epochs *
                                                     static_cast<double>(options_.steps_per_epoch)));
@@ -27,7 +36,7 @@ double LrSchedule::at(int64_t step) const {
   if (step < warmup_steps_) {
     return base * static_cast<double>(step + 1) / static_cast<double>(warmup_steps_);
   }
-  if (options_.kind == "step") {
+  if (options_.kind == LrScheduleKind::kStep) {
     const int64_t epoch = step / std::max<int64_t>(1, options_.steps_per_epoch);
     double lr = base;
     for (int m : options_.milestones) {
@@ -35,7 +44,7 @@ double LrSchedule::at(int64_t step) const {
     }
     return lr;
   }
-  if (options_.kind == "cosine") {
+  if (options_.kind == LrScheduleKind::kCosine) {
     const double span = static_cast<double>(std::max<int64_t>(1, options_.total_steps - warmup_steps_));
     const double progress = std::min(1.0, static_cast<double>(step - warmup_steps_) / span);
     return 0.5 * base * (1.0 + std::cos(M_PI * progress));
@@ -43,4 +52,4 @@ double LrSchedule::at(int64_t step) const {
   return base;
 }
 
-}  // namespace stalepipe::train
+}  // namespace stalepipe::optim

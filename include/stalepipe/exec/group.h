@@ -1,0 +1,38 @@
+// Where a pipeline's partitions run: all in this process (make_local_group) or one per rank of
+// a process group (make_rank_group, exec/processes.h). The training loop asks the group its
+// few questions instead of branching on ranks.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include <torch/types.h>
+
+namespace stalepipe::exec {
+
+class Pipeline;
+
+class Group {
+ public:
+  virtual ~Group() = default;
+  // Whether this process runs partition k (0-based): its stage is trained, saved and loaded here.
+  virtual bool owns(int partition) const = 0;
+  // The one process that reads the training data, writes the run's files and logs.
+  virtual bool leader() const = 0;
+  // Gives every process the last partition's `values` (where losses and metrics arise).
+  virtual void share_from_last(std::vector<double>& values) = 0;
+  // Returns once every process has called it.
+  virtual void barrier() = 0;
+  // Evaluation forward of batch `index` of a pass (eval mode, no graph): the model's output and
+  // the target where the last partition runs, undefined tensors elsewhere. x and target matter
+  // only where partition 1 runs.
+  virtual std::pair<torch::Tensor, torch::Tensor> predict(Pipeline& pipeline, const torch::Tensor& x,
+                                                          const torch::Tensor& target,
+                                                          int64_t index) = 0;
+};
+
+std::unique_ptr<Group> make_local_group();
+
+}  // namespace stalepipe::exec

@@ -1,0 +1,95 @@
+#include "stalepipe/api/assemble.h"
+
+#include <cmath>
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include "stalepipe/common/error.h"
+#include "stalepipe/partition/balance.h"
+
+namespace stalepipe {
+
+partition::ProfileOptions profile_settings(const Options& options, int partitions) {
+  partition::ProfileOptions p;
+  const int64_t batch = options.pipeline().profile_batch();
+  p.batch_size = batch > 0 ? batch : options.data().batch_size();
+  p.threads = threads_per_worker(options.pipeline(), partitions);
+  p.warmup = 1;
+  p.repeats = 3;
+  return p;
+}
+
+partition::Profile profile_preserving_state(models::Model& model, const Options& options,
+                                            int partitions) {
+  torch::NoGradGuard no_grad;
+  std::vector<std::pair<torch::Tensor, torch::Tensor>> saved;
+  for (const auto& unit : model.units) {
+    for (const auto& t : unit.module.ptr()->parameters()) saved.emplace_back(t, t.clone());
+    for (const auto& t : unit.module.ptr()->buffers()) saved.emplace_back(t, t.clone());
+  }
+  auto generator = at::detail::getDefaultCPUGenerator();
+  const auto rng = generator.get_state();
+  auto profile = partition::profile_model(model, profile_settings(options, partitions));
+  generator.set_state(rng);
+  for (auto& [live, copy] : saved) live.copy_(copy);
+  return profile;
+}
+
+Assembly plan_pipeline(models::Model& model, const Options& options, bool want_profile,
+                       const partition::Profile* given) {
+  const PipelineOptions& o = options.pipeline();
+  SP_CHECK_ARG(!model.units.empty(), "model ", model.name, " has no units");
+  Assembly a;
+  const int K = o.partitions() > 0 ? o.partitions() : static_cast<int>(o.ppv().size()) + 1;
+  std::vector<int> ppv = o.ppv();
+  const bool balanced = o.ppv().empty() && o.partitions() > 0;
+  // An impossible K fails before the profile does any work.
+  if (balanced) partition::balance(model, std::vector<double>(model.units.size(), 1.0), K);
+  if (given) {
+    a.profile = *given;
+  } else if (want_profile || (balanced && o.balance() == Balance::kTime)) {
+    a.profile = profile_preserving_state(model, options, K);
+  }
+  if (balanced) {
+    const auto costs = partition::unit_costs(model, o.balance(), a.profile ? &*a.profile : nullptr);
+    ppv = partition::balance(model, costs, K);
+  }
+  a.plan = partition::make_plan(model, ppv);
+  const int partitions = a.plan.num_partitions();
+  a.devices = o.devices();
+  if (a.devices.empty()) a.devices.assign(partitions, torch::kCPU);
+  SP_CHECK_ARG(static_cast<int>(a.devices.size()) == partitions, "PipelineOptions::devices names ",
+               a.devices.size(), " device(s) but the pipeline has ", partitions, " partitions");
+  a.threads_per_worker.assign(partitions, threads_per_worker(o, partitions));
+  return a;
+}
+
+optim::SgdOptions sgd_options(const OptimizerOptions& o, int64_t steps_per_epoch) {
+  return optim::SgdOptions()
+      .momentum(o.momentum())
+      .weight_decay(o.weight_decay())
+      .nesterov(o.nesterov())
+      .delay_aware_lr(o.delay_aware_lr())
+      .delay_lr_anneal_steps(std::llround(o.delay_lr_anneal_epochs() * static_cast<double>(steps_per_epoch)))
+      .weight_prediction(o.weight_prediction())
+      .spike_compensation(o.spike_compensation())
+      .fixed_weight_norm(o.fixed_weight_norm());
+}
+
+Assembly assemble(models::Model& model, const Options& options, int64_t steps_per_epoch,
+                  bool want_profile) {
+  Assembly a = plan_pipeline(model, options, want_profile);
+  const OptimizerOptions& o = options.optimizer();
+  a.pipeline = std::make_unique<exec::Pipeline>(model, a.plan, a.devices,
+                                                sgd_options(o, steps_per_epoch), o.loss());
+  if (o.fixed_weight_norm() || options.pipeline().hybrid_norm_reset()) {
+    int invariant = 0;
+    for (auto* stage : a.pipeline->stages()) invariant += stage->optimizer().scale_invariant_count();
+    SP_CHECK_ARG(invariant > 0,
+                 o.fixed_weight_norm() ? "OptimizerOptions::fixed_weight_norm" : "PipelineOptions::hybrid_norm_reset",
+                 ": model ", model.name, " has no bias-free conv or linear layer followed by a batch norm");
+  }
+  return a;
+}
+
+}  // namespace stalepipe

@@ -1,0 +1,121 @@
+// PipelineTrainer's step interface: feed() hands mini-batches to a segment running on its own
+// thread; flush() ends that segment.
+#include <algorithm>
+
+#include "stalepipe/api/pipeline_trainer.h"
+#include "trainer_impl.h"
+
+namespace stalepipe {
+
+void PipelineTrainer::start_segment() {
+  Feeder& f = *feeder_;
+  int64_t end = next_step_ + options_.pipeline().segment_steps();
+  if (info_.hybrid_switch_step > next_step_) end = std::min(end, info_.hybrid_switch_step);
+  f.inputs.clear();
+  f.end_of_input = f.aborted = f.done = false;
+  f.error = nullptr;
+  f.segment_end = end;
+  exec::SegmentContext context;
+  context.input = [&f](int64_t) {
+    std::unique_lock<std::mutex> lock(f.mutex);
+    f.changed.wait(lock, [&f] { return !f.inputs.empty() || f.end_of_input || f.aborted; });
+    if (f.aborted || f.inputs.empty()) return exec::Input{};  // ends the segment here
+    exec::Input in = std::move(f.inputs.front());
+    f.inputs.pop_front();
+    return in;
+  };
+  context.on_step = [&f](int64_t t, const StepLoss& s) {
+    std::lock_guard<std::mutex> lock(f.mutex);
+    StepLoss l = s;
+    l.step = t;
+    f.losses[t] = l;
+    f.changed.notify_all();
+  };
+  context.on_abort = [&f] {
+    std::lock_guard<std::mutex> lock(f.mutex);
+    f.aborted = true;
+    f.changed.notify_all();
+  };
+  const int64_t first = next_step_;
+  f.thread = std::thread([this, &f, first, end, context] {
+    std::exception_ptr error;
+    try {
+      run_segment(first, end, context);
+    } catch (...) {
+      error = std::current_exception();
+    }
+    std::lock_guard<std::mutex> lock(f.mutex);
+    f.error = error;
+    f.done = true;
+    f.changed.notify_all();
+  });
+}
+
+void PipelineTrainer::join_segment() {
+  Feeder& f = *feeder_;
+  if (!f.thread.joinable()) return;
+  {
+    std::lock_guard<std::mutex> lock(f.mutex);
+    f.end_of_input = true;
+    f.changed.notify_all();
+  }
+  f.thread.join();
+  if (f.error) std::rethrow_exception(f.error);  // run_segment recorded the failure
+}
+
+std::optional<StepLoss> PipelineTrainer::feed(torch::Tensor x, torch::Tensor y) {
+  SP_CHECK_ARG(!finished_, "feed: the trainer was finished (finish() was called); no more mini-batches");
+  check_usable("feed");
+  SP_CHECK_ARG(options_.pipeline().executor() != ExecutorKind::kProcesses,
+               "feed: with the processes executor every rank runs the same segments; use fit()");
+  SP_CHECK_ARG(x.defined() && y.defined() && x.dim() >= 1 && y.dim() >= 1 && x.size(0) == y.size(0),
+               "feed: x and y must be tensors with the same batch size, got ",
+               x.defined() ? c10::str(x.sizes()) : "undefined", " and ",
+               y.defined() ? c10::str(y.sizes()) : "undefined");
+  Feeder& f = *feeder_;
+  if (f.thread.joinable() && next_step_ >= f.segment_end) join_segment();  // ended by itself
+  if (!f.thread.joinable()) start_segment();
+  {
+    std::lock_guard<std::mutex> lock(f.mutex);
+    f.inputs.push_back(exec::Input{std::move(x), std::move(y)});
+    f.changed.notify_all();
+  }
+  ++next_step_;
+  if (next_step_ - returned_ <= info_.lag) return std::nullopt;
+  const int64_t want = returned_;
+  std::unique_lock<std::mutex> lock(f.mutex);
+  f.changed.wait(lock, [&] { return f.losses.count(want) || f.done; });
+  auto it = f.losses.find(want);
+  if (it == f.losses.end()) {
+    lock.unlock();
+    join_segment();  // rethrows the worker's error
+    SP_CHECK(false, "feed: the loss of mini-batch ", want, " never came out of the pipeline");
+  }
+  const StepLoss loss = it->second;
+  f.losses.erase(it);
+  ++returned_;
+  return loss;
+}
+
+std::vector<StepLoss> PipelineTrainer::flush() {
+  join_segment();
+  Feeder& f = *feeder_;
+  std::vector<StepLoss> out;
+  std::lock_guard<std::mutex> lock(f.mutex);
+  for (; returned_ < next_step_; ++returned_) {
+    auto it = f.losses.find(returned_);
+    SP_CHECK(it != f.losses.end(), "flush: the loss of mini-batch ", returned_,
+             " never came out of the pipeline");
+    out.push_back(it->second);
+    f.losses.erase(it);
+  }
+  return out;
+}
+
+std::vector<StepLoss> PipelineTrainer::finish() {
+  if (finished_) return {};
+  finished_ = true;
+  return flush();
+}
+
+}  // namespace stalepipe

@@ -1,0 +1,213 @@
+// The training loop: epochs of segments (fill, steady state, drain), evaluation, hooks.
+#include <algorithm>
+#include <chrono>
+#include <limits>
+#include <sstream>
+
+#include <ATen/Parallel.h>
+
+#include "stalepipe/api/pipeline_trainer.h"
+#include "trainer_impl.h"
+
+namespace stalepipe {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr int64_t kNever = std::numeric_limits<int64_t>::max();
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+}  // namespace
+
+FitResult PipelineTrainer::fit(BatchSource& train, const FitHooks& hooks, BatchSource* test) {
+  return run_epochs(train, test, options_.run().epochs(), hooks);
+}
+
+// Where the segment that starts at step() ends: the first boundary after it.
+int64_t PipelineTrainer::segment_end(int64_t epoch_end) const {
+  const RunOptions& run = options_.run();
+  int64_t end = std::min(epoch_end, next_step_ + options_.pipeline().segment_steps());
+  if (total_steps_ >= 0) end = std::min(end, total_steps_);
+  if (info_.hybrid_switch_step > next_step_) end = std::min(end, info_.hybrid_switch_step);
+  if (run.checkpoint_every() > 0) {
+    end = std::min(end, (next_step_ / run.checkpoint_every() + 1) * run.checkpoint_every());
+  }
+  if (run.stop_at_step() > next_step_) end = std::min(end, run.stop_at_step());
+  return end;
+}
+
+PipelineTrainer::Segment PipelineTrainer::run_fit_segment(BatchSource& source, int64_t end,
+                                                          const FitHooks& hooks) {
+  Segment seg;
+  const bool known = source.batches_per_epoch() > 0;
+  exec::SegmentContext context;
+  context.input = [&](int64_t t) {
+    exec::Input in = source.next();
+    if (!in.x.defined()) {
+      SP_CHECK(!known, "the data ran out at mini-batch ", t, " of an epoch of ", source.batches_per_epoch());
+      seg.exhausted = true;
+    }
+    return in;
+  };
+  int64_t next_loss = next_step_;  // the last worker reports steps in order
+  context.on_step = [&](int64_t t, const StepLoss& s) {
+    next_loss = t + 1;
+    totals_.loss_sum += s.loss * static_cast<double>(s.samples);
+    totals_.correct += s.correct;
+    totals_.samples += s.samples;
+    if (hooks.on_step) {
+      StepLoss l = s;
+      l.step = t;
+      hooks.on_step(l);
+    }
+  };
+  context.stop = hooks.stop;
+  context.on_op = hooks.on_op;
+  const int64_t first = next_step_;
+  const auto start = Clock::now();
+  exec::SegmentResult result;
+  try {
+    result = run_segment(first, end, context);
+  } catch (const DivergedError&) {
+    throw DivergedError(divergence_message(next_loss, "training loss is not finite"));
+  }
+  const double seconds = seconds_since(start);
+  totals_.seconds += seconds;
+  wall_seconds_ += seconds;
+  next_step_ = returned_ = result.end_step;
+  seg.end_step = result.end_step;
+  seg.stopped = result.stopped && !seg.exhausted;
+  return seg;
+}
+
+FitResult PipelineTrainer::run_epochs(BatchSource& train, BatchSource* test, int64_t last_epoch,
+                                      const FitHooks& hooks) {
+  check_usable("fit");
+  check_drained("fit");
+  SP_CHECK_ARG(!finished_, "fit: the trainer was finished (finish() was called)");
+  const int64_t spe = train.batches_per_epoch();
+  SP_CHECK_ARG(spe > 0 || options_.pipeline().executor() != ExecutorKind::kProcesses,
+               "fit: the processes executor needs a BatchSource that knows its epoch length");
+  SP_CHECK_ARG(steps_per_epoch_ <= 0 || spe <= 0 || spe == steps_per_epoch_, "fit: the data has ", spe,
+               " mini-batches per epoch but the trainer was built for ", steps_per_epoch_);
+  FitResult result;
+  double trained = 0, seconds = 0;  // this call's samples and training seconds
+  warned_ = false;
+  while (epochs_done_ < last_epoch && (total_steps_ < 0 || next_step_ < total_steps_)) {
+    const int64_t epoch_end = spe > 0 ? std::min((epochs_done_ + 1) * spe, total_steps_ < 0 ? kNever : total_steps_) : kNever;
+    if (spe > 0) epoch_begin_ = epochs_done_ * spe;
+    train.start_epoch(epochs_done_, next_step_ - epoch_begin_);
+    for (;;) {
+      const int64_t first = next_step_;
+      const int64_t samples_before = totals_.samples;
+      const double wall_before = wall_seconds_;
+      const Segment seg = run_fit_segment(train, segment_end(epoch_end), hooks);
+      seconds += wall_seconds_ - wall_before;
+      trained += static_cast<double>(totals_.samples - samples_before);
+      const bool run_end = total_steps_ >= 0 && next_step_ >= total_steps_;
+      const bool epoch_over = seg.exhausted || next_step_ >= epoch_end || run_end;
+      const bool stop_at = options_.run().stop_at_step() > 0 && next_step_ >= options_.run().stop_at_step() && !run_end;
+      if (!seg.stopped && !stop_at && !epoch_over) warn_if_reduced(seg, first, hooks);
+      if (seg.stopped || stop_at) {
+        result.stopped = true;
+        if (hooks.on_checkpoint) hooks.on_checkpoint(next_step_);
+        break;
+      }
+      if (epoch_over) break;
+      if (options_.run().checkpoint_every() > 0 && next_step_ % options_.run().checkpoint_every() == 0 &&
+          hooks.on_checkpoint) {
+        hooks.on_checkpoint(next_step_);
+      }
+    }
+    if (result.stopped) break;
+    const bool losses_here = totals_.samples > 0;
+    result.epochs.push_back(finish_epoch(test));
+    if (!losses_here) trained += static_cast<double>(result.epochs.back().samples);  // processes: not the last rank
+    if (hooks.on_epoch) hooks.on_epoch(result.epochs.back());
+    if (hooks.on_checkpoint) hooks.on_checkpoint(next_step_);
+  }
+  result.steps = next_step_;
+  result.images_per_second = seconds > 0 ? trained / seconds : 0;
+  result.wall_seconds = wall_seconds_;
+  return result;
+}
+
+EpochSummary PipelineTrainer::finish_epoch(BatchSource* test) {
+  std::vector<double> t{totals_.loss_sum, static_cast<double>(totals_.correct),
+                        static_cast<double>(totals_.samples)};
+  group_->share_from_last(t);  // with processes the losses arrive at the last rank only
+  EpochSummary m;
+  m.epoch = ++epochs_done_;
+  m.end_step = next_step_;
+  m.lr = lr_(std::max<int64_t>(epoch_begin_, next_step_ - 1));
+  m.samples = static_cast<int64_t>(t[2]);
+  m.train_loss = t[2] > 0 ? t[0] / t[2] : 0;
+  m.train_accuracy = t[2] > 0 ? t[1] / t[2] : 0;
+  m.images_per_second = totals_.seconds > 0 ? t[2] / totals_.seconds : 0;
+  m.wall_seconds = wall_seconds_;
+  if (test) {
+    const EvalResult e = evaluate(*test);
+    m.evaluated = true;
+    m.test_loss = e.loss;
+    m.test_accuracy = e.accuracy;
+  }
+  totals_ = {};
+  epoch_begin_ = next_step_;
+  return m;
+}
+
+// A segment that ended at a boundary before the pipeline reached its steady state: its early
+// partitions ran with less staleness than d_k (said once per fit).
+void PipelineTrainer::warn_if_reduced(const Segment& segment, int64_t first, const FitHooks& hooks) {
+  if (warned_ || !hooks.on_warning) return;
+  const bool sequential = options_.pipeline().schedule() == ScheduleKind::kHybrid && first >= info_.hybrid_switch_step;
+  if (sequential) return;
+  std::ostringstream out;
+  for (size_t k = 0; k < last_delay_.size(); ++k) {
+    if (last_delay_[k] < info_.staleness[k]) {
+      out << (out.tellp() > 0 ? ", " : "") << "partition " << k + 1 << " at most d=" << last_delay_[k]
+          << " of d_" << k + 1 << "=" << info_.staleness[k];
+    }
+  }
+  if (out.tellp() == 0) return;
+  warned_ = true;
+  hooks.on_warning(c10::str("staleness reduced: the pipeline drains every ", segment.end_step - first,
+                            " mini-batches (epoch ends, RunOptions::checkpoint_every, the hybrid switch), ",
+                            "too few to reach its steady state; ", out.str()));
+}
+
+// The one-line account of a divergence at mini-batch `step`: where, the likely cause, the remedies.
+std::string PipelineTrainer::divergence_message(int64_t step, const std::string& what) {
+  std::ostringstream out;
+  out << "mini-batch " << step;
+  if (steps_per_epoch_ > 0) out << " (epoch " << step / steps_per_epoch_ + 1 << ")";
+  out << ": the run diverged: " << what;
+  std::vector<int> bad;
+  for (int k = 0; k < pipeline_->num_stages(); ++k) {
+    if (!group_->owns(k)) continue;  // another process trains it
+    for (const auto& p : pipeline_->stage(k).module()->parameters()) {
+      if (!torch::isfinite(p).all().item<bool>()) {
+        bad.push_back(k + 1);
+        break;
+      }
+    }
+  }
+  for (size_t i = 0; i < bad.size(); ++i) out << (i ? "," : "; non-finite weights in partition ") << bad[i];
+  // The most stale partition is the likely culprit: its gradients are the oldest.
+  const auto& d = info_.staleness;
+  const int worst = static_cast<int>(std::max_element(d.begin(), d.end()) - d.begin());
+  if (d[worst] > 0) {
+    out << ". Partition " << worst + 1 << " computes with weights d_" << worst + 1 << " = " << d[worst]
+        << " update(s) stale at lr " << lr_(std::max<int64_t>(0, step))
+        << "; try OptimizerOptions::warmup_epochs, OptimizerOptions::delay_aware_lr, "
+           "OptimizerOptions::weight_prediction, OptimizerOptions::spike_compensation, "
+           "PipelineOptions::schedule hybrid or a smaller OptimizerOptions::lr";
+  } else {
+    out << ". No partition uses stale weights; try a smaller OptimizerOptions::lr or OptimizerOptions::warmup_epochs";
+  }
+  return out.str();
+}
+
+}  // namespace stalepipe

@@ -1,0 +1,112 @@
+#include "stalepipe/api/options.h"
+
+#include <cmath>
+#include <thread>
+
+#include <torch/cuda.h>
+
+#include "stalepipe/common/names.h"
+#include "stalepipe/partition/plan.h"
+
+namespace stalepipe {
+namespace {
+
+const std::pair<ProgressMode, const char*> kProgressNames[] = {{ProgressMode::kAuto, "auto"},
+                                                               {ProgressMode::kBar, "bar"},
+                                                               {ProgressMode::kLines, "lines"},
+                                                               {ProgressMode::kNone, "none"}};
+
+void check_device(const torch::Device& d) {
+  if (d.is_cuda()) {
+    const int count = torch::cuda::is_available() ? static_cast<int>(torch::cuda::device_count()) : 0;
+    SP_CHECK_ARG(d.has_index() && d.index() < count, "PipelineOptions::devices: ", d.str(),
+                 " is not present; this machine has ", count, " CUDA device(s)",
+                 count == 0 ? " (or LibTorch was built without CUDA)" : "",
+                 d.has_index() ? "" : "; name one, e.g. cuda:0");
+  } else {
+    SP_CHECK_ARG(d.is_cpu(), "PipelineOptions::devices: ", d.str(),
+                 " is not supported; expected cpu or cuda:N");
+  }
+}
+
+void check_data(const DataOptions& o) {
+  SP_CHECK_ARG(o.batch_size() >= 1, "DataOptions::batch_size must be >= 1, got ", o.batch_size());
+  SP_CHECK_ARG(o.eval_batch_size() >= 1, "DataOptions::eval_batch_size must be >= 1, got ",
+               o.eval_batch_size());
+  SP_CHECK_ARG(o.train_subset() >= 0, "DataOptions::train_subset must be >= 0, got ", o.train_subset());
+  SP_CHECK_ARG(o.test_subset() >= 0, "DataOptions::test_subset must be >= 0, got ", o.test_subset());
+}
+
+void check_run(const RunOptions& o) {
+  SP_CHECK_ARG(o.epochs() >= 1, "RunOptions::epochs must be >= 1, got ", o.epochs());
+  SP_CHECK_ARG(o.max_steps() >= 0, "RunOptions::max_steps must be >= 0, got ", o.max_steps());
+  SP_CHECK_ARG(o.stop_at_step() >= 0, "RunOptions::stop_at_step must be >= 0, got ", o.stop_at_step());
+  SP_CHECK_ARG(o.checkpoint_every() >= 0, "RunOptions::checkpoint_every must be >= 0, got ",
+               o.checkpoint_every());
+}
+
+void check_optimizer(const OptimizerOptions& o) {
+  SP_CHECK_ARG(o.lr() > 0 && std::isfinite(o.lr()), "OptimizerOptions::lr must be a positive number, got ", o.lr());
+  SP_CHECK_ARG(o.momentum() >= 0, "OptimizerOptions::momentum must be >= 0, got ", o.momentum());
+  SP_CHECK_ARG(o.weight_decay() >= 0, "OptimizerOptions::weight_decay must be >= 0, got ", o.weight_decay());
+  SP_CHECK_ARG(o.lr_gamma() > 0, "OptimizerOptions::lr_gamma must be > 0, got ", o.lr_gamma());
+  SP_CHECK_ARG(o.warmup_epochs() >= 0, "OptimizerOptions::warmup_epochs must be >= 0, got ", o.warmup_epochs());
+  SP_CHECK_ARG(o.delay_lr_anneal_epochs() >= 0, "OptimizerOptions::delay_lr_anneal_epochs must be >= 0, got ",
+               o.delay_lr_anneal_epochs());
+  SP_CHECK_ARG(o.delay_aware_lr() || o.delay_lr_anneal_epochs() == 0,
+               "OptimizerOptions::delay_lr_anneal_epochs needs delay_aware_lr");
+  SP_CHECK_ARG(!o.weight_prediction() || o.momentum() > 0,
+               "OptimizerOptions::weight_prediction extrapolates along the momentum; it needs momentum > 0");
+  SP_CHECK_ARG(o.loss() != nullptr, "OptimizerOptions::loss must be set");
+}
+
+void check_pipeline(const PipelineOptions& o, int64_t batch_size) {
+  const bool hybrid = o.schedule() == ScheduleKind::kHybrid;
+  SP_CHECK_ARG(o.partitions() >= 0, "PipelineOptions::partitions must be >= 0, got ", o.partitions());
+  // A balanced run's config.json holds both, the PPV it chose and K.
+  SP_CHECK_ARG(o.partitions() == 0 || o.ppv().empty() || static_cast<int>(o.ppv().size()) + 1 == o.partitions(),
+               "PipelineOptions::partitions ", o.partitions(), " and ppv ", partition::format_ppv(o.ppv()),
+               " disagree; give only one of them");
+  SP_CHECK_ARG(o.profile_batch() >= 0, "PipelineOptions::profile_batch must be >= 0, got ", o.profile_batch());
+  SP_CHECK_ARG(o.micro_batches() >= 1, "PipelineOptions::micro_batches must be >= 1, got ", o.micro_batches());
+  SP_CHECK_ARG(o.micro_batches() == 1 || o.schedule() == ScheduleKind::kGPipe,
+               "PipelineOptions::micro_batches ", o.micro_batches(), " applies to schedule gpipe only, not ",
+               schedule::to_string(o.schedule()));
+  SP_CHECK_ARG(o.micro_batches() <= batch_size, "PipelineOptions::micro_batches ", o.micro_batches(),
+               ": more micro-batches than the batch size of ", batch_size);
+  SP_CHECK_ARG(!hybrid || o.hybrid_switch().set(),
+               "PipelineOptions::schedule hybrid needs hybrid_switch (epochs, or steps)");
+  SP_CHECK_ARG(hybrid || !o.hybrid_switch().set(), "PipelineOptions::hybrid_switch needs schedule hybrid");
+  SP_CHECK_ARG(hybrid || !o.hybrid_norm_reset(), "PipelineOptions::hybrid_norm_reset needs schedule hybrid");
+  SP_CHECK_ARG(o.threads() >= 0, "PipelineOptions::threads must be >= 0, got ", o.threads());
+  SP_CHECK_ARG(o.threads_per_worker() >= 0, "PipelineOptions::threads_per_worker must be >= 0, got ",
+               o.threads_per_worker());
+  SP_CHECK_ARG(o.segment_steps() >= 1, "PipelineOptions::segment_steps must be >= 1, got ", o.segment_steps());
+  for (const auto& d : o.devices()) check_device(d);
+}
+
+}  // namespace
+
+void check_options(const Options& options) {
+  check_data(options.data());
+  check_run(options.run());
+  check_optimizer(options.optimizer());
+  check_pipeline(options.pipeline(), options.data().batch_size());
+}
+
+std::string to_string(ProgressMode mode) { return name_of(kProgressNames, mode); }
+
+ProgressMode progress_from_name(const std::string& name, const std::string& field) {
+  return value_of(kProgressNames, name, field);
+}
+
+int resolved_threads(const PipelineOptions& o) {
+  return o.threads() > 0 ? o.threads() : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+}
+
+int threads_per_worker(const PipelineOptions& o, int partitions) {
+  return o.threads_per_worker() > 0 ? o.threads_per_worker()
+                                    : std::max(1, resolved_threads(o) / std::max(1, partitions));
+}
+
+}  // namespace stalepipe

@@ -1,0 +1,30 @@
+// PipelineTrainer's step interface state, shared by its source files.
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <exception>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "stalepipe/api/pipeline_trainer.h"
+
+namespace stalepipe {
+
+// Inputs travel to the executor's first worker through a queue that its input callback blocks
+// on; losses come back from the last worker through a map.
+struct PipelineTrainer::Feeder {
+  std::mutex mutex;
+  std::condition_variable changed;
+  std::deque<exec::Input> inputs;
+  bool end_of_input = false;  // flush(): the next input request ends the segment
+  bool aborted = false;       // a worker failed: release the input callback
+  bool done = false;          // the segment thread has returned
+  std::exception_ptr error;
+  std::map<int64_t, StepLoss> losses;  // arrived, not yet returned
+  int64_t segment_end = 0;
+  std::thread thread;
+};
+
+}  // namespace stalepipe
