@@ -39,7 +39,7 @@ struct Rig {
     K = plan.num_partitions();
     pipeline = std::make_unique<exec::Pipeline>(model, plan, std::vector<torch::Device>(K, torch::kCPU),
                                                 optim::SgdOptions().momentum(0.9));
-    executor = exec::make_executor(executor_name);
+    executor = exec::make_executor(exec::executor_from_name(executor_name));
     for (int i = 0; i < 4; ++i) {
       inputs.push_back({torch::randn({kBatch, 1, 32, 32}), torch::randint(0, 10, {kBatch}, torch::kLong)});
     }

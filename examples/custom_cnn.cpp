@@ -32,13 +32,16 @@ int main(int argc, char** argv) try {
       .build();  // checks that each unit takes the previous one's output
 
   // Registers after conv1 and conv2: 3 partitions, one thread each, PPL-SGD.
-  stalepipe::PipelineTrainer trainer(model, stalepipe::PipelineOptions().ppv({1, 2}).lr(0.02));
+  stalepipe::Options options;
+  options.pipeline().ppv({1, 2});
+  options.optimizer().lr(0.02).lr_schedule(stalepipe::LrScheduleKind::kConstant);
+  stalepipe::PipelineTrainer trainer(model, options);
   const auto& info = trainer.info();
   for (size_t k = 0; k < info.units.size(); ++k) {
     std::printf("partition %zu: %s, %lld parameters, staleness d=%d\n", k + 1, info.units[k].c_str(),
                 static_cast<long long>(info.parameters[k]), info.staleness[k]);
   }
-  stalepipe::FitCallbacks callbacks;
+  stalepipe::FitHooks callbacks;
   callbacks.on_epoch = [](const stalepipe::EpochSummary& s) {
     std::printf("epoch %lld: train loss %.4f, accuracy %.4f\n", static_cast<long long>(s.epoch),
                 s.train_loss, s.train_accuracy);

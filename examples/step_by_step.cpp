@@ -25,8 +25,9 @@ int main(int argc, char** argv) try {
   const stalepipe::models::InputShape input{1, 32, 32, 10};
 
   // A warm-up over the first 100 steps, as a pure function of the step (called by workers).
-  auto pipeline_options = stalepipe::PipelineOptions().ppv({2}).executor("threads").lr_at(
-      [](int64_t t) { return 0.05 * std::min<double>(1.0, (t + 1) / 100.0); });
+  stalepipe::Options pipeline_options;
+  pipeline_options.pipeline().ppv({2}).executor(stalepipe::ExecutorKind::kThreads);
+  pipeline_options.optimizer().lr_at([](int64_t t) { return 0.05 * std::min<double>(1.0, (t + 1) / 100.0); });
   torch::manual_seed(1);
   stalepipe::PipelineTrainer trainer(stalepipe::models::make_model("lenet5", input), pipeline_options);
   std::printf("lenet5, partitions %s | %s, staleness d=%d,%d, lag %d\n", trainer.info().units[0].c_str(),
@@ -38,7 +39,7 @@ int main(int argc, char** argv) try {
     const auto batch = loader.batch(epoch, t % loader.batches_per_epoch());  // O(N) order each call
     if (auto loss = trainer.feed(batch.x, batch.y); loss && (t + 1) % 50 == 0) {
       std::printf("fed %lld, loss of %lld: %.4f (lr %.4f)\n", static_cast<long long>(t + 1),
-                  static_cast<long long>(loss->step), loss->loss, pipeline_options.lr_at()(loss->step));
+                  static_cast<long long>(loss->step), loss->loss, pipeline_options.optimizer().lr_at()(loss->step));
     }
   }
   std::printf("flush returned %zu loss(es); pipeline drained\n", trainer.flush().size());

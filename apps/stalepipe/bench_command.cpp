@@ -151,6 +151,8 @@ Command add_bench(CLI::App& app) {
       ->capture_default_str();
   return [a]() {
     a->options.ppv(partition::parse_ppv(a->ppv)).balance(partition::balance_from_name(a->balance));
+    SP_CHECK_ARG(a->ppv.empty() || !a->options.ppv().empty(), "--pipeline ", a->ppv,
+                 ": bench measures a pipeline; give at least one register");
     auto report = perf::run_bench(a->options, [](const std::string& line) {
       std::fprintf(stderr, "bench: %s\n", line.c_str());
     });

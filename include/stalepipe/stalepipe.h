@@ -13,7 +13,9 @@
 #define STALEPIPE_VERSION_MINOR 2
 #define STALEPIPE_VERSION_PATCH 0
 
-#include "stalepipe/api/pipeline_options.h"
+#include "stalepipe/api/assemble.h"
+#include "stalepipe/api/options.h"
+#include "stalepipe/api/options_json.h"
 #include "stalepipe/api/pipeline_trainer.h"
 #include "stalepipe/common/error.h"
 #include "stalepipe/data/dataset.h"

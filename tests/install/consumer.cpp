@@ -15,7 +15,10 @@ int main() {
                    .add("flat", torch::nn::Flatten(), stalepipe::models::UnitOptions().weight_layers(0))
                    .add("fc", torch::nn::Linear(72, 4))
                    .build();
-  stalepipe::PipelineTrainer trainer(model, stalepipe::PipelineOptions().ppv({1}).threads(1));
+  stalepipe::Options options;
+  options.pipeline().ppv({1}).threads(1);
+  options.optimizer().lr_schedule(stalepipe::LrScheduleKind::kConstant);
+  stalepipe::PipelineTrainer trainer(model, options);
   const auto before = trainer.parameters();
   int losses = 0;
   for (int t = 0; t < 6; ++t) {

@@ -47,7 +47,7 @@ TEST(Cli, UsageErrorsExitTwo) {
   expect_one_line_error(run_cli({"train", "--epochs", "many"}), 2, "many");
   expect_one_line_error(run_cli({"layers", "--model", "resnet7"}), 2, "6n+2");
   expect_one_line_error(run_cli({"schedule", "--partitions", "0"}), 2, "--partitions must be 1..64");
-  expect_one_line_error(run_cli(with(kSmallRun, {"--micro-batches", "4"})), 2, "applies to --schedule gpipe only");
+  expect_one_line_error(run_cli(with(kSmallRun, {"--micro-batches", "4"})), 2, "--micro-batches 4 applies to schedule gpipe only");
   expect_one_line_error(run_cli(with(kSmallRun, {"--schedule", "pipedream"})), 2, "expected stale, sequential, hybrid, gpipe or 1f1b-stash");
 }
 
@@ -55,7 +55,7 @@ TEST(Cli, NormMitigationsNeedABatchNormModelAndTheHybridSchedule) {
   expect_one_line_error(run_cli(with(kSmallRun, {"--fixed-weight-norm"})), 2,
                         "--fixed-weight-norm: model lenet5 has no bias-free conv or linear layer followed by a batch norm");
   expect_one_line_error(run_cli(with(kSmallRun, {"--hybrid-norm-reset"})), 2,
-                        "--hybrid-norm-reset needs --schedule hybrid");
+                        "--hybrid-norm-reset needs schedule hybrid");
 }
 
 TEST(Cli, SweepBadSelectionsAndChangedFilesExitTwo) {
@@ -120,7 +120,7 @@ TEST(Cli, BenchAndMemoryBadFlagsExitTwo) {
   expect_one_line_error(run_cli({"bench", "--pipeline", "2", "--partitions", "3"}), 2, "--partitions");
   expect_one_line_error(run_cli({"bench", "--model", "resnet21"}), 2, "6n+2");
   expect_one_line_error(run_cli({"bench", "--batch-size", "0"}), 2, "--batch-size must be >= 1, got 0");
-  expect_one_line_error(run_cli({"bench", "--balance", "luck"}), 2, "--balance luck");
+  expect_one_line_error(run_cli({"bench", "--balance", "luck"}), 2, "--balance 'luck'");
   expect_one_line_error(run_cli({"bench", "--warmup-steps", "-1"}), 2, "--warmup-steps must be >= 0");
   expect_one_line_error(run_cli({"bench", "--partitions", "0"}), 2, "--partitions must be 1..64, got 0");
   expect_one_line_error(run_cli({"bench", "--rounds", "0"}), 2, "--rounds must be 1..100, got 0");
@@ -228,7 +228,7 @@ TEST(Cli, InterruptDrainsAndCheckpoints) {
   EXPECT_EQ(wait_cli(pid), 130);
   // Resuming a finished-or-stopped run works, and starting over in the same folder is refused.
   const auto again = run_cli(with(kSmallRun, {"--out", dir.path()}));
-  expect_one_line_error(again, 2, "--resume");
+  expect_one_line_error(again, 2, "already holds a run with a checkpoint; resume it");
 }
 
 }  // namespace

@@ -52,7 +52,7 @@ void run_segment(const RunSpec& spec, exec::Pipeline& pipeline,
   context.threads_per_worker.assign(pipeline.num_stages(), 1);
   const int micro = kind == schedule::ScheduleKind::kGPipe ? spec.micro_batches : 1;
   const auto schedule = schedule::make_schedule(kind, pipeline.num_stages(), first, end, micro);
-  exec::make_executor(executor)->run(schedule, pipeline.stages(), context);
+  exec::make_executor(exec::executor_from_name(executor))->run(schedule, pipeline.stages(), context);
 }
 
 exec::Pipeline make_pipeline(const RunSpec& spec, const models::Model& model) {

@@ -223,6 +223,13 @@ class PipelineTrainer {
   // this rank's partition is trained).
   std::vector<torch::Tensor> parameters() const { return pipeline_->parameters(); }
 
+  // The one place that runs global steps [first, end) as one segment (fill, stream, drain):
+  // the schedule the options imply for `first` (hybrid: stale before the switch, sequential
+  // from it), the executor, the staleness tally; a failure becomes sticky. context.lr and
+  // context.threads_per_worker are the trainer's. Throws UsageError if the segment is empty or
+  // straddles the hybrid switch. fit() and feed() run through it; tests call it directly.
+  exec::SegmentResult run_segment(int64_t first, int64_t end, exec::SegmentContext context);
+
  private:
   struct Feeder;
   struct EpochTotals {
@@ -241,9 +248,6 @@ class PipelineTrainer {
   void describe();
   void check_usable(const char* what) const;
   void check_drained(const char* what) const;
-  // The one place that runs steps [first, end): the schedule for `first`, the executor,
-  // the staleness tally, failures made sticky.
-  exec::SegmentResult run_segment(int64_t first, int64_t end, exec::SegmentContext context);
   Segment run_fit_segment(BatchSource& source, int64_t end, const FitHooks& hooks);
   int64_t segment_end(int64_t epoch_end) const;
   FitResult run_epochs(BatchSource& train, BatchSource* test, int64_t last_epoch, const FitHooks& hooks);

@@ -125,7 +125,7 @@ std::vector<double> by_engine(const schedule::Schedule& s, const std::string& ex
                  torch::full({1, 1}, target_of(t), torch::kDouble)};
   };
   context.lr = [](int64_t) { return kLr; };
-  make_executor(executor)->run(s, ptrs, context);
+  make_executor(executor_from_name(executor))->run(s, ptrs, context);
   std::vector<double> w;
   for (auto* stage : ptrs) w.push_back(stage->module()->parameters()[0].item<double>());
   return w;

@@ -61,7 +61,7 @@ TEST(Robustness, WorkerFailureNamesPartitionAndMiniBatch) {
     auto p = tiny(3, /*failing=*/1, /*fail_at=*/4);
     const auto s = schedule::make_stale(3, 0, 10);
     try {
-      make_executor(executor)->run(s, p.ptrs, tiny_context(2));
+      make_executor(executor_from_name(executor))->run(s, p.ptrs, tiny_context(2));
       FAIL() << executor << ": no exception";
     } catch (const RuntimeError& e) {
       EXPECT_NE(std::string(e.what()).find("partition 2, mini-batch 4: injected failure"), std::string::npos)
@@ -78,7 +78,7 @@ TEST(Robustness, FailureInDataFeedIsReported) {
     if (t == 3) throw RuntimeError("train-images: truncated");
     return Input{torch::ones({2, 4}), torch::zeros({2}, torch::kLong)};
   };
-  EXPECT_THROW(make_executor("threads")->run(schedule::make_stale(2, 0, 8), p.ptrs, context), RuntimeError);
+  EXPECT_THROW(make_executor(exec::executor_from_name("threads"))->run(schedule::make_stale(2, 0, 8), p.ptrs, context), RuntimeError);
 }
 
 TEST(Robustness, StopDrainsWhatStartedAndNothingElse) {
@@ -92,7 +92,7 @@ TEST(Robustness, StopDrainsWhatStartedAndNothingElse) {
       context.on_step = [&](int64_t t, const StepLoss&) {
         if (t + 1 >= stop_after) stop = true;
       };
-      const auto result = make_executor(executor)->run(schedule::make_stale(4, 0, 30), p.ptrs, context);
+      const auto result = make_executor(executor_from_name(executor))->run(schedule::make_stale(4, 0, 30), p.ptrs, context);
       EXPECT_TRUE(result.stopped);
       EXPECT_GE(result.end_step, stop_after);
       EXPECT_LT(result.end_step, 30);
@@ -112,7 +112,7 @@ TEST(Robustness, NoDeadlockAcrossRandomGrid) {
     const auto kind = rng() % 2 ? schedule::ScheduleKind::kStale : schedule::ScheduleKind::kSequential;
     auto p = tiny(K);
     auto run = std::async(std::launch::async, [&] {
-      return make_executor("threads")->run(schedule::make_schedule(kind, K, 0, steps), p.ptrs,
+      return make_executor(executor_from_name("threads"))->run(schedule::make_schedule(kind, K, 0, steps), p.ptrs,
                                            tiny_context(batch));
     });
     ASSERT_EQ(run.wait_for(std::chrono::seconds(60)), std::future_status::ready)
@@ -122,7 +122,7 @@ TEST(Robustness, NoDeadlockAcrossRandomGrid) {
 }
 
 TEST(Robustness, UnknownExecutorIsAUsageError) {
-  EXPECT_THROW(make_executor("mpi"), UsageError);
+  EXPECT_THROW(make_executor(exec::executor_from_name("mpi")), UsageError);
 }
 
 }  // namespace

@@ -86,17 +86,17 @@ TEST(Balance, TooManyPartitionsIsAUsageError) {
 
 TEST(Balance, CostsByParamsAndFlops) {
   auto model = model_named("lenet5");
-  const auto params = unit_costs(model, "params");
+  const auto params = unit_costs(model, Balance::kParams);
   ASSERT_EQ(params.size(), 5u);
   EXPECT_EQ(params[0], 6 * 25 + 6);      // conv 6@5x5, 1 input channel
   EXPECT_EQ(params[2], 400 * 120 + 120);  // fc 120
   // Parameters per unit: 156, 2416, 48120, 10164, 850. K = 2: a cut after layer 2 leaves
   // 59134 in partition 2, after layer 3 the larger side is 50692 (partition 1): cut after 3.
   EXPECT_EQ(balance(model, params, 2), std::vector<int>({3}));
-  const auto flops = unit_costs(model, "flops");
+  const auto flops = unit_costs(model, Balance::kFlops);
   EXPECT_GT(flops[0], 0);
-  EXPECT_THROW(unit_costs(model, "time"), UsageError);  // needs a profile
-  EXPECT_THROW(unit_costs(model, "speed"), UsageError);
+  EXPECT_THROW(unit_costs(model, Balance::kTime), UsageError);  // needs a profile
+  EXPECT_THROW(balance_from_name("speed"), UsageError);
 }
 
 }  // namespace

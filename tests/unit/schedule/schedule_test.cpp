@@ -93,9 +93,9 @@ TEST(Schedule, TableShowsPipelining) {
 }
 
 TEST(Schedule, ParseKind) {
-  EXPECT_EQ(parse_schedule_kind("stale"), ScheduleKind::kStale);
-  EXPECT_EQ(parse_schedule_kind("sequential"), ScheduleKind::kSequential);
-  EXPECT_THROW(parse_schedule_kind("gpipe2"), UsageError);
+  EXPECT_EQ(schedule_from_name("stale"), ScheduleKind::kStale);
+  EXPECT_EQ(schedule_from_name("sequential"), ScheduleKind::kSequential);
+  EXPECT_THROW(schedule_from_name("gpipe2"), UsageError);
   EXPECT_THROW(make_stale(0, 0, 1), UsageError);
 }
 
@@ -153,12 +153,13 @@ TEST(Schedule, NewSchedulesDrainAndNeverDeadlock) {
 
 TEST(Schedule, NamesRoundTripAndMicroBatchesNeedGPipe) {
   for (auto kind : {ScheduleKind::kSequential, ScheduleKind::kStale, ScheduleKind::kGPipe,
-                    ScheduleKind::kOneFOneB}) {
-    EXPECT_EQ(parse_schedule_kind(to_string(kind)), kind);
+                    ScheduleKind::kOneFOneB, ScheduleKind::kHybrid}) {
+    EXPECT_EQ(schedule_from_name(to_string(kind)), kind);
   }
-  EXPECT_THROW(parse_schedule_kind("pipedream"), UsageError);
+  EXPECT_THROW(schedule_from_name("pipedream"), UsageError);
   EXPECT_THROW(make_schedule(ScheduleKind::kStale, 2, 0, 4, 2), UsageError);
   EXPECT_THROW(make_gpipe(2, 0, 4, 0), UsageError);
+  EXPECT_THROW(make_schedule(ScheduleKind::kHybrid, 2, 0, 4), UsageError);  // one side at a time
 }
 
 }  // namespace

@@ -31,7 +31,7 @@ std::vector<OpEvent> record(const std::string& executor, const schedule::Schedul
   context.lr = [](int64_t) { return 0.01; };
   context.threads_per_worker.assign(3, 1);
   context.on_op = trace.callback();
-  exec::make_executor(executor)->run(s, pipeline.stages(), context);
+  exec::make_executor(exec::executor_from_name(executor))->run(s, pipeline.stages(), context);
   return trace.events();
 }
 

@@ -34,14 +34,14 @@ TEST(Sweep, TrainsMissingSkipsFinishedAndTabulates) {
   test::TempDir dir;
   const auto ex = load_experiment(write_experiment(dir, kRuns));
   ASSERT_EQ(ex.runs.size(), 4u);  // 2 runs x 2 seeds
-  EXPECT_EQ(ex.runs[3].options.out(), dir.path() + "/results/ppv2-s2");
-  EXPECT_EQ(ex.runs[3].options.seed(), 2u);
-  EXPECT_EQ(ex.runs[3].options.pipeline(), "2");
+  EXPECT_EQ(ex.runs[3].options.run().out(), dir.path() + "/results/ppv2-s2");
+  EXPECT_EQ(ex.runs[3].options.run().seed(), 2u);
+  EXPECT_EQ(ex.runs[3].options.pipeline().ppv(), std::vector<int>{2});
   EXPECT_EQ(run_sweep(ex, {}), 4);
   for (const auto& run : ex.runs) EXPECT_EQ(run_state(run), RunState::kFinished);
-  const auto summary_time = fs::last_write_time(ex.runs[0].options.out() + "/summary.json");
+  const auto summary_time = fs::last_write_time(ex.runs[0].options.run().out() + "/summary.json");
   EXPECT_EQ(run_sweep(ex, {}), 0);  // everything finished: nothing retrained
-  EXPECT_EQ(fs::last_write_time(ex.runs[0].options.out() + "/summary.json"), summary_time);
+  EXPECT_EQ(fs::last_write_time(ex.runs[0].options.run().out() + "/summary.json"), summary_time);
 
   std::ifstream csv(ex.out + "/results.csv");
   std::string header, line;
@@ -97,9 +97,9 @@ TEST(Sweep, ResumesAnInterruptedRunToTheSameResult) {
   test::TempDir dir;
   const auto ex = load_experiment(write_experiment(dir, nlohmann::json::array({{{"name", "ppv2"}, {"pipeline", "2"}}})));
   ASSERT_EQ(run_sweep(ex, {}), 2);
-  const auto reference = nlohmann::json::parse(std::ifstream(ex.runs[0].options.out() + "/summary.json"));
+  const auto reference = nlohmann::json::parse(std::ifstream(ex.runs[0].options.run().out() + "/summary.json"));
   // Interrupt the first run after its first epoch: keep the checkpoint, lose the summary.
-  fs::remove_all(ex.runs[0].options.out());
+  fs::remove_all(ex.runs[0].options.run().out());
   auto hooks = train::TrainHooks();
   hooks.log = [](const std::string&) {};
   hooks.on_checkpoint = [](int64_t step) {
@@ -108,7 +108,7 @@ TEST(Sweep, ResumesAnInterruptedRunToTheSameResult) {
   EXPECT_THROW(train::train(ex.runs[0].options, hooks), std::runtime_error);
   EXPECT_EQ(run_state(ex.runs[0]), RunState::kInterrupted);
   EXPECT_EQ(run_sweep(ex, {}), 1);
-  const auto resumed = nlohmann::json::parse(std::ifstream(ex.runs[0].options.out() + "/summary.json"));
+  const auto resumed = nlohmann::json::parse(std::ifstream(ex.runs[0].options.run().out() + "/summary.json"));
   EXPECT_EQ(resumed["test_loss"], reference["test_loss"]);
   EXPECT_EQ(resumed["test_accuracy"], reference["test_accuracy"]);
 }
@@ -135,8 +135,8 @@ TEST(Sweep, DataAndOutOverridesApplyToEveryRun) {
   const auto ex = load_experiment(path, ExperimentOverrides{"synthetic:64", dir.path() + "/other"});
   EXPECT_EQ(ex.out, dir.path() + "/other");
   for (const auto& run : ex.runs) {
-    EXPECT_EQ(run.options.data(), "synthetic:64");
-    EXPECT_EQ(fs::path(run.options.out()).parent_path().string(), dir.path() + "/other");
+    EXPECT_EQ(run.options.data().dataset(), "synthetic:64");
+    EXPECT_EQ(fs::path(run.options.run().out()).parent_path().string(), dir.path() + "/other");
   }
   try {
     load_experiment(path, ExperimentOverrides{"synthetic:64", ""});

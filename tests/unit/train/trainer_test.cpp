@@ -1,10 +1,12 @@
 // End-to-end training runs on synthetic data: determinism, exact resume, hybrid, bad options.
 #include <filesystem>
 #include <fstream>
+#include <functional>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "stalepipe/api/options_json.h"
 #include "stalepipe/common/error.h"
 #include "stalepipe/train/trainer.h"
 #include "support/pipeline_runs.h"
@@ -13,16 +15,13 @@
 namespace stalepipe::train {
 namespace {
 
-TrainOptions small(const std::string& pipeline = "2") {
-  return TrainOptions()
-      .model("lenet5")
-      .data("synthetic:200")
-      .epochs(2)
-      .batch_size(32)  // 7 steps per epoch, the last one partial
-      .lr(0.05)
-      .pipeline(pipeline)
-      .threads(2)
-      .progress("none");
+// Settings as config.json spells them (train/options_json.h), on top of a small run.
+Options small(const std::string& pipeline = "2", const nlohmann::json& changes = nlohmann::json::object()) {
+  nlohmann::json j = {{"model", "lenet5"}, {"data", "synthetic:200"}, {"epochs", 2},
+                      {"batch_size", 32},  // 7 steps per epoch, the last one partial
+                      {"lr", 0.05},        {"pipeline", pipeline}, {"threads", 2}, {"progress", "none"}};
+  j.update(changes);
+  return options_from_json(j, "test");
 }
 
 TrainHooks quiet() {
@@ -45,8 +44,8 @@ std::vector<nlohmann::json> metrics_lines(const std::string& dir) {
 
 TEST(Trainer, TwoRunsWithTheSameFlagsAreIdentical) {
   test::TempDir a, b;
-  const auto first = train(small().out(a.path()), quiet());
-  const auto second = train(small().out(b.path()), quiet());
+  const auto first = train(small("2", {{"out", a.path()}}), quiet());
+  const auto second = train(small("2", {{"out", b.path()}}), quiet());
   EXPECT_TRUE(test::all_equal(first.parameters, second.parameters));
   EXPECT_EQ(metrics_lines(a.path()), metrics_lines(b.path()));
   EXPECT_EQ(first.steps, 14);
@@ -62,8 +61,8 @@ TEST(Trainer, TwoRunsWithTheSameFlagsAreIdentical) {
 }
 
 TEST(Trainer, ThreadsAndEmulatedTrainTheSameWeights) {
-  const auto threads = train(small("1,3").executor("threads"), quiet());
-  const auto emulated = train(small("1,3").executor("emulated"), quiet());
+  const auto threads = train(small("1,3", {{"executor", "threads"}}), quiet());
+  const auto emulated = train(small("1,3", {{"executor", "emulated"}}), quiet());
   EXPECT_TRUE(test::all_equal(threads.parameters, emulated.parameters));
 }
 
@@ -71,14 +70,14 @@ TEST(Trainer, ThreadsAndEmulatedTrainTheSameWeights) {
 // ends with exactly the weights and metrics of an uninterrupted run.
 TEST(Trainer, ResumeAfterCrashEqualsUninterruptedRun) {
   test::TempDir whole;
-  const auto reference = train(small().checkpoint_every(3).out(whole.path()), quiet());
+  const auto reference = train(small("2", {{"checkpoint_every", 3}, {"out", whole.path()}}), quiet());
   for (int64_t crash_at : {3, 7, 9}) {
     test::TempDir dir;
     auto hooks = quiet();
     hooks.on_checkpoint = [crash_at](int64_t step) {
       if (step == crash_at) throw std::runtime_error("simulated crash");
     };
-    EXPECT_THROW(train(small().checkpoint_every(3).out(dir.path()), hooks), std::runtime_error);
+    EXPECT_THROW(train(small("2", {{"checkpoint_every", 3}, {"out", dir.path()}}), hooks), std::runtime_error);
     const auto resumed = resume(dir.path(), quiet());
     EXPECT_TRUE(test::all_equal(resumed.parameters, reference.parameters)) << "crash at " << crash_at;
     EXPECT_EQ(metrics_lines(dir.path()), metrics_lines(whole.path())) << "crash at " << crash_at;
@@ -88,14 +87,14 @@ TEST(Trainer, ResumeAfterCrashEqualsUninterruptedRun) {
 TEST(Trainer, StopDrainsCheckpointsAndResumes) {
   // Non-pipelined, a stop is an ordinary drain point, so the resumed run is exact.
   test::TempDir whole, dir;
-  const auto reference = train(small("none").checkpoint_every(3).out(whole.path()), quiet());
+  const auto reference = train(small("none", {{"checkpoint_every", 3}, {"out", whole.path()}}), quiet());
   std::atomic<bool> stop{false};
   auto hooks = quiet();
   hooks.stop = &stop;
   hooks.on_checkpoint = [&](int64_t step) {
     if (step == 3) stop = true;  // mid-epoch 1
   };
-  const auto stopped = train(small("none").checkpoint_every(3).out(dir.path()), hooks);
+  const auto stopped = train(small("none", {{"checkpoint_every", 3}, {"out", dir.path()}}), hooks);
   ASSERT_TRUE(stopped.interrupted);
   EXPECT_EQ(stopped.steps, 3);
   const auto resumed = resume(dir.path(), quiet());
@@ -103,83 +102,86 @@ TEST(Trainer, StopDrainsCheckpointsAndResumes) {
 }
 
 TEST(Trainer, HybridSwitchAtTheEndsEqualsThePureSchedules) {
-  const auto stale = train(small().schedule("stale"), quiet());
-  const auto sequential = train(small().schedule("sequential"), quiet());
-  const auto hybrid_late = train(small().schedule("hybrid").hybrid_switch("2"), quiet());
-  const auto hybrid_early = train(small().schedule("hybrid").hybrid_switch("0s"), quiet());
+  const auto stale = train(small("2", {{"schedule", "stale"}}), quiet());
+  const auto sequential = train(small("2", {{"schedule", "sequential"}}), quiet());
+  const auto hybrid_late = train(small("2", {{"schedule", "hybrid"}, {"hybrid_switch", "2"}}), quiet());
+  const auto hybrid_early = train(small("2", {{"schedule", "hybrid"}, {"hybrid_switch", "0s"}}), quiet());
   EXPECT_TRUE(test::all_equal(hybrid_late.parameters, stale.parameters));
   EXPECT_TRUE(test::all_equal(hybrid_early.parameters, sequential.parameters));
-  const auto hybrid_mid = train(small().schedule("hybrid").hybrid_switch("4s"), quiet());
+  const auto hybrid_mid = train(small("2", {{"schedule", "hybrid"}, {"hybrid_switch", "4s"}}), quiet());
   EXPECT_FALSE(test::all_equal(hybrid_mid.parameters, stale.parameters));
   EXPECT_FALSE(test::all_equal(hybrid_mid.parameters, sequential.parameters));
 }
 
 TEST(Trainer, BadOptionsAreUsageErrors) {
-  auto expect_usage = [](const TrainOptions& o, const std::string& fragment) {
+  auto expect_usage = [](const std::function<Options()>& options, const std::string& fragment) {
     try {
-      train(o, quiet());
+      train(options(), quiet());
       ADD_FAILURE() << "no error for " << fragment;
     } catch (const UsageError& e) {
       EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
     }
   };
-  expect_usage(small().batch_size(0), "--batch-size must be >= 1, got 0");
-  expect_usage(small().lr(-1), "--lr must be a positive number");
-  expect_usage(small().lr(0), "--lr must be a positive number");
-  expect_usage(small().model("resnet21"), "6n+2");
-  expect_usage(small().model("gpt"), "gpt");
-  expect_usage(small().pipeline("9"), "--pipeline 9: model lenet5 has 5 weight layers; a register may follow layer 1, 2, 3, 4");
-  expect_usage(small().pipeline("3,2"), "must increase");
-  expect_usage(small().pipeline("x"), "is not a layer number");
-  expect_usage(small().model("resnet20").pipeline("8"), "no register may follow layer 8");
-  expect_usage(small().devices("cpu"), "names 1 device(s) but the pipeline has 2 partitions");
-  expect_usage(small().devices("cpu,cuda:0"), "cuda:0 is not present");
-  expect_usage(small().schedule("hybrid").hybrid_switch("3"), "the switch must come no later");
-  expect_usage(small().schedule("hybrid"), "needs --hybrid-switch");
-  expect_usage(small().executor("mpi"), "--executor mpi");
-  expect_usage(small().data("imagenet"), "imagenet");
-  expect_usage(small().schedule("pipedream"), "--schedule pipedream: unknown schedule");
-  expect_usage(small().micro_batches(2), "applies to --schedule gpipe only");
-  expect_usage(small().schedule("gpipe").micro_batches(33), "more micro-batches than the --batch-size of 32");
+  expect_usage([] { return small("2", {{"batch_size", 0}}); }, "DataOptions::batch_size must be >= 1, got 0");
+  expect_usage([] { return small("2", {{"lr", -1}}); }, "OptimizerOptions::lr must be a positive number");
+  expect_usage([] { return small("2", {{"lr", 0}}); }, "OptimizerOptions::lr must be a positive number");
+  expect_usage([] { return small("2", {{"model", "resnet21"}}); }, "6n+2");
+  expect_usage([] { return small("2", {{"model", "gpt"}}); }, "gpt");
+  expect_usage([] { return small("9"); }, "PipelineOptions::ppv 9: model lenet5 has 5 weight layers; a register may follow layer 1, 2, 3, 4");
+  expect_usage([] { return small("3,2"); }, "must increase");
+  expect_usage([] { return small("x"); }, "is not a layer number");
+  expect_usage([] { return small("8", {{"model", "resnet20"}}); }, "no register may follow layer 8");
+  expect_usage([] { return small("2", {{"devices", "cpu"}}); }, "names 1 device(s) but the pipeline has 2 partitions");
+  expect_usage([] { return small("2", {{"devices", "cpu,cuda:0"}}); }, "cuda:0 is not present");
+  expect_usage([] { return small("2", {{"schedule", "hybrid"}, {"hybrid_switch", "3"}}); }, "the switch must come no later");
+  expect_usage([] { return small("2", {{"schedule", "hybrid"}}); }, "schedule hybrid needs hybrid_switch");
+  expect_usage([] { return small("2", {{"executor", "mpi"}}); }, "executor 'mpi': expected");
+  expect_usage([] { return small("2", {{"data", "imagenet"}}); }, "imagenet");
+  expect_usage([] { return small("2", {{"schedule", "pipedream"}}); }, "schedule 'pipedream': expected");
+  expect_usage([] { return small("2", {{"micro_batches", 2}}); }, "applies to schedule gpipe only");
+  expect_usage([] { return small("2", {{"schedule", "gpipe"}, {"micro_batches", 33}}); }, "more micro-batches than the batch size of 32");
   // 200 samples in batches of 32 leave a last batch of 8.
-  expect_usage(small().schedule("gpipe").micro_batches(9), "the last mini-batch of each epoch has only 8 samples");
-  expect_usage(small().weight_prediction(true).momentum(0), "--weight-prediction extrapolates along the momentum");
-  expect_usage(small().delay_lr_anneal_epochs(1), "--delay-lr-anneal-epochs needs --delay-aware-lr");
-  expect_usage(small().spike_compensation(true).nesterov(true), "--spike-compensation needs plain momentum");
-  expect_usage(small().fixed_weight_norm(true), "--fixed-weight-norm: model lenet5 has no bias-free conv");
+  expect_usage([] { return small("2", {{"schedule", "gpipe"}, {"micro_batches", 9}}); }, "the last mini-batch of each epoch has only 8 samples");
+  expect_usage([] { return small("2", {{"weight_prediction", true}, {"momentum", 0}}); }, "OptimizerOptions::weight_prediction extrapolates along the momentum");
+  expect_usage([] { return small("2", {{"delay_lr_anneal_epochs", 1}}); }, "OptimizerOptions::delay_lr_anneal_epochs needs delay_aware_lr");
+  expect_usage([] { return small("2", {{"spike_compensation", true}, {"nesterov", true}}); }, "OptimizerOptions::spike_compensation needs plain momentum");
+  expect_usage([] { return small("2", {{"fixed_weight_norm", true}}); }, "OptimizerOptions::fixed_weight_norm: model lenet5 has no bias-free conv");
 }
 
 TEST(Trainer, NewSchedulesReportWhatTheyHold) {
   test::TempDir dir;
-  const auto stash = train(small("1,3").schedule("1f1b-stash").out(dir.path()), quiet());
-  EXPECT_EQ(stash.partitions.staleness, (std::vector<int>{2, 1, 0}));
-  EXPECT_EQ(stash.partitions.weight_versions, (std::vector<int>{3, 2, 1}));
+  const auto stash = train(small("1,3", {{"schedule", "1f1b-stash"}, {"out", dir.path()}}), quiet());
+  EXPECT_EQ(stash.info.staleness, (std::vector<int>{2, 1, 0}));
+  EXPECT_EQ(stash.info.weight_versions, (std::vector<int>{3, 2, 1}));
   auto summary = nlohmann::json::parse(std::ifstream(dir.path() + "/summary.json"));
   EXPECT_EQ(summary["schedule"], "1f1b-stash");
   EXPECT_EQ(summary["weight_versions"], nlohmann::json({3, 2, 1}));
-  const auto gpipe = train(small("1,3").schedule("gpipe").micro_batches(4), quiet());
-  EXPECT_EQ(gpipe.partitions.staleness, (std::vector<int>{0, 0, 0}));
-  const auto sequential = train(small("1,3").schedule("sequential"), quiet());
+  const auto gpipe = train(small("1,3", {{"schedule", "gpipe"}, {"micro_batches", 4}}), quiet());
+  EXPECT_EQ(gpipe.info.staleness, (std::vector<int>{0, 0, 0}));
+  const auto sequential = train(small("1,3", {{"schedule", "sequential"}}), quiet());
   EXPECT_TRUE(test::all_close(gpipe.parameters, sequential.parameters, 1e-4, 1e-6));
 }
 
 TEST(Trainer, DivergenceStopsAtOnceNamesTheCauseAndKeepsTheLastCheckpoint) {
   // A sane first epoch, then a learning rate that must blow up.
-  auto options = small().lr(0.01).lr_schedule("step").lr_milestones({1}).lr_gamma(1e9);
+  auto options = small("2", {{"lr", 0.01}, {"lr_schedule", "step"}, {"lr_milestones", {1}}, {"lr_gamma", 1e9}});
   test::TempDir dir;
   try {
-    train(options.out(dir.path()), quiet());
+    Options o = options;
+    o.run().out(dir.path());
+    train(o, quiet());
     FAIL() << "the run did not diverge";
   } catch (const DivergedError& e) {
     const std::string message = e.what();
     for (const char* fragment : {"(epoch 2): the run diverged", "Partition 1 computes with weights d_1 = 1 update(s) stale at lr 1e+07",
-                                 "--weight-prediction", "The checkpoint of step 7 is intact"}) {
+                                 "OptimizerOptions::weight_prediction", "The checkpoint of step 7 is intact"}) {
       EXPECT_NE(message.find(fragment), std::string::npos) << fragment << " not in: " << message;
     }
     EXPECT_EQ(message.find('\n'), std::string::npos) << message;
   }
   // The checkpoint holds exactly the weights of a healthy one-epoch run.
-  const auto one_epoch = train(options.epochs(1).out(""), quiet());
+  options.run().epochs(1).out("");
+  const auto one_epoch = train(options, quiet());
   const auto [loss, accuracy] = evaluate_run(dir.path(), 2);
   EXPECT_EQ(loss, one_epoch.test_loss);
   EXPECT_EQ(accuracy, one_epoch.test_accuracy);
@@ -187,10 +189,9 @@ TEST(Trainer, DivergenceStopsAtOnceNamesTheCauseAndKeepsTheLastCheckpoint) {
 
 TEST(Trainer, EightPartitionsAndTinyDataDoNotDeadlock) {
   // More partitions than the data has mini-batches per epoch (2), and a partial last batch.
-  const auto result = train(small("1,3").model("vgg16").data("synthetic:40").batch_size(24).epochs(1)
-                                .pipeline("1,2,3,4,5,6,7"), quiet());
+  const auto result = train(small("1,2,3,4,5,6,7", {{"model", "vgg16"}, {"data", "synthetic:40"}, {"batch_size", 24}, {"epochs", 1}}), quiet());
   EXPECT_EQ(result.steps, 2);
-  EXPECT_EQ(result.partitions.staleness, (std::vector<int>{13, 11, 9, 7, 5, 3, 1, 0}));
+  EXPECT_EQ(result.info.staleness, (std::vector<int>{13, 11, 9, 7, 5, 3, 1, 0}));
 }
 
 }  // namespace
