@@ -42,7 +42,7 @@ Assembly plan_pipeline(models::Model& model, const Options& options, bool want_p
   Assembly a;
   const int K = o.partitions() > 0 ? o.partitions() : static_cast<int>(o.ppv().size()) + 1;
   std::vector<int> ppv = o.ppv();
-  const bool balanced = o.ppv().empty() && o.partitions() > 0;
+  const bool balanced = o.ppv().empty() && o.partitions() > 1;  // one partition: nothing to cut
   // An impossible K fails before the profile does any work.
   if (balanced) partition::balance(model, std::vector<double>(model.units.size(), 1.0), K);
   if (given) {

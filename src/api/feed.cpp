@@ -26,9 +26,7 @@ void PipelineTrainer::start_segment() {
   };
   context.on_step = [&f](int64_t t, const StepLoss& s) {
     std::lock_guard<std::mutex> lock(f.mutex);
-    StepLoss l = s;
-    l.step = t;
-    f.losses[t] = l;
+    f.losses[t] = s;
     f.changed.notify_all();
   };
   context.on_abort = [&f] {

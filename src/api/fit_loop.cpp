@@ -4,8 +4,6 @@
 #include <limits>
 #include <sstream>
 
-#include <ATen/Parallel.h>
-
 #include "stalepipe/api/pipeline_trainer.h"
 #include "trainer_impl.h"
 
@@ -57,11 +55,7 @@ PipelineTrainer::Segment PipelineTrainer::run_fit_segment(BatchSource& source, i
     totals_.loss_sum += s.loss * static_cast<double>(s.samples);
     totals_.correct += s.correct;
     totals_.samples += s.samples;
-    if (hooks.on_step) {
-      StepLoss l = s;
-      l.step = t;
-      hooks.on_step(l);
-    }
+    if (hooks.on_step) hooks.on_step(s);
   };
   context.stop = hooks.stop;
   context.on_op = hooks.on_op;
@@ -96,7 +90,7 @@ FitResult PipelineTrainer::run_epochs(BatchSource& train, BatchSource* test, int
   double trained = 0, seconds = 0;  // this call's samples and training seconds
   warned_ = false;
   while (epochs_done_ < last_epoch && (total_steps_ < 0 || next_step_ < total_steps_)) {
-    const int64_t epoch_end = spe > 0 ? std::min((epochs_done_ + 1) * spe, total_steps_ < 0 ? kNever : total_steps_) : kNever;
+    const int64_t epoch_end = spe > 0 ? (epochs_done_ + 1) * spe : kNever;  // segment_end caps it at the run's end
     if (spe > 0) epoch_begin_ = epochs_done_ * spe;
     train.start_epoch(epochs_done_, next_step_ - epoch_begin_);
     for (;;) {
@@ -184,16 +178,7 @@ std::string PipelineTrainer::divergence_message(int64_t step, const std::string&
   out << "mini-batch " << step;
   if (steps_per_epoch_ > 0) out << " (epoch " << step / steps_per_epoch_ + 1 << ")";
   out << ": the run diverged: " << what;
-  std::vector<int> bad;
-  for (int k = 0; k < pipeline_->num_stages(); ++k) {
-    if (!group_->owns(k)) continue;  // another process trains it
-    for (const auto& p : pipeline_->stage(k).module()->parameters()) {
-      if (!torch::isfinite(p).all().item<bool>()) {
-        bad.push_back(k + 1);
-        break;
-      }
-    }
-  }
+  const std::vector<int> bad = partitions_with_bad_weights();
   for (size_t i = 0; i < bad.size(); ++i) out << (i ? "," : "; non-finite weights in partition ") << bad[i];
   // The most stale partition is the likely culprit: its gradients are the oldest.
   const auto& d = info_.staleness;

@@ -172,11 +172,22 @@ exec::SegmentResult PipelineTrainer::run_segment(int64_t first, int64_t end, exe
     failure_ = e.what();
     throw;
   }
-  schedule::StalenessTally segment;
-  schedule::tally_staleness(schedule, result.end_step, info_.staleness, segment);
-  schedule::tally_staleness(schedule, result.end_step, info_.staleness, info_.ran);
-  last_delay_ = segment.max_delay;
+  last_delay_ = schedule::tally_staleness(schedule, result.end_step, info_.staleness, info_.ran);
   return result;
+}
+
+std::vector<int> PipelineTrainer::partitions_with_bad_weights() {
+  std::vector<int> bad;
+  for (int k = 0; k < pipeline_->num_stages(); ++k) {
+    if (!group_->owns(k)) continue;  // another process trains it
+    for (const auto& p : pipeline_->stage(k).module()->parameters()) {
+      if (!torch::isfinite(p).all().item<bool>()) {
+        bad.push_back(k + 1);
+        break;
+      }
+    }
+  }
+  return bad;
 }
 
 EvalResult PipelineTrainer::evaluate(BatchSource& test) {
@@ -221,18 +232,11 @@ torch::Tensor PipelineTrainer::predict(const torch::Tensor& x) {
 void PipelineTrainer::save(const std::string& dir) {
   check_usable("save");
   check_drained("save");
-  const int K = plan_.num_partitions();
-  std::vector<int> bad;  // never overwrite a good checkpoint with weights that are not numbers
-  for (int k = 0; k < K; ++k) {
-    if (!group_->owns(k)) continue;
-    for (const auto& p : pipeline_->stage(k).module()->parameters()) {
-      if (!torch::isfinite(p).all().item<bool>()) {
-        bad.push_back(k);
-        break;
-      }
-    }
+  // Never overwrite a good checkpoint with weights that are not numbers.
+  if (!partitions_with_bad_weights().empty()) {
+    throw DivergedError(divergence_message(next_step_ - 1, "the weights are not finite"));
   }
-  if (!bad.empty()) throw DivergedError(divergence_message(next_step_ - 1, "the weights are not finite"));
+  const int K = plan_.num_partitions();
   exec::CheckpointInfo info;
   info.step = next_step_;
   info.epochs_done = epochs_done_;

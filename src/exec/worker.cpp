@@ -109,6 +109,7 @@ void WorkerLoop::forward(int64_t step, int micro) {
     step_loss_.samples += loss.samples;
     if (micro == schedule_.micro_batches - 1 && context_.on_step) {
       StepLoss total = step_loss_;
+      total.step = step;
       total.loss /= static_cast<double>(total.samples);
       context_.on_step(step, total);
     }

@@ -71,7 +71,7 @@ struct Rig {
 Rig build_rig(const Setup& setup, const std::vector<int>& ppv) {
   torch::manual_seed(setup.options.seed());
   Rig rig{models::make_model(setup.options.model(), setup.input), nullptr};
-  rig.pipeline = assemble(rig.model, bench_options(setup.options, ppv, 1)).pipeline;
+  rig.pipeline = assemble(rig.model, bench_options(setup.options, ppv, 0)).pipeline;
   return rig;
 }
 

@@ -233,25 +233,28 @@ ScheduleStats analyze(const Schedule& schedule) {
   return stats;
 }
 
-void tally_staleness(const Schedule& schedule, int64_t end_step, const std::vector<int>& full_delay,
-                     StalenessTally& tally) {
+std::vector<int> tally_staleness(const Schedule& schedule, int64_t end_step,
+                                 const std::vector<int>& full_delay, StalenessTally& tally) {
   const size_t K = static_cast<size_t>(schedule.num_workers);
   SP_CHECK_ARG(full_delay.size() == K, "tally_staleness: ", full_delay.size(),
                " full delays for ", K, " workers");
   tally.max_delay.resize(K, 0);
   tally.forwards.resize(K, 0);
   tally.forwards_at_full.resize(K, 0);
+  std::vector<int> segment(K, 0);
   for (size_t k = 0; k < K; ++k) {
     int64_t applied = 0;  // every worker applies its updates in step order
     for (const Op& op : schedule.worker_ops[k]) {
       if (op.kind == OpKind::kUpdate) ++applied;
       if (op.kind != OpKind::kForward || op.micro != 0 || op.step >= end_step) continue;
       const int delay = static_cast<int>(op.step - schedule.first_step - applied);
-      tally.max_delay[k] = std::max(tally.max_delay[k], delay);
+      segment[k] = std::max(segment[k], delay);
       ++tally.forwards[k];
       if (delay >= full_delay[k]) ++tally.forwards_at_full[k];
     }
+    tally.max_delay[k] = std::max(tally.max_delay[k], segment[k]);
   }
+  return segment;
 }
 
 std::string format_schedule_table(const Schedule& schedule, int max_rows) {

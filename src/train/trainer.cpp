@@ -90,6 +90,12 @@ void build(Run& run) {
   o.pipeline().ppv(run.trainer->plan().ppv);
 }
 
+// Epochs the run trains (the last may be partial when max_steps cuts it).
+int64_t planned_epochs(const Run& run) {
+  const int64_t spe = run.train_loader->batches_per_epoch();
+  return (run.trainer->total_steps() + spe - 1) / spe;
+}
+
 std::string schedule_name(const PipelineTrainer& t) {
   return t.plan().num_partitions() == 1 ? "sequential" : schedule::to_string(t.options().pipeline().schedule());
 }
@@ -119,7 +125,7 @@ nlohmann::json summary_json(Run& run, const TrainResult& r) {
   const PipelineTrainer& t = *run.trainer;
   const Options& o = run.options;
   nlohmann::json s = {{"model", o.run().model()}, {"dataset", o.data().dataset()},
-                      {"epochs", (t.total_steps() + run.train_loader->batches_per_epoch() - 1) / run.train_loader->batches_per_epoch()},
+                      {"epochs", planned_epochs(run)},
                       {"steps", r.steps}, {"seed", o.run().seed()},
                       {"test_accuracy", r.test_accuracy}, {"test_loss", r.test_loss},
                       {"train_loss", r.train_loss}, {"images_per_second", r.images_per_second},
@@ -171,8 +177,7 @@ TrainResult run_training(Run& run, bool resumed, const TrainHooks& hooks) {
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     progress.step(t.epochs_done() + 1, l.step, l.loss, seconds > 0 ? static_cast<double>(samples) / seconds : 0);
   };
-  const int64_t spe = run.train_loader->batches_per_epoch();
-  const int64_t epochs = (t.total_steps() + spe - 1) / spe;
+  const int64_t epochs = planned_epochs(run);
   if (!o.run().trace().empty()) fit.on_op = trace.callback();
   fit.on_epoch = [&](const EpochSummary& m) {
     result.epochs.push_back(m);

@@ -254,6 +254,8 @@ class PipelineTrainer {
   EpochSummary finish_epoch(BatchSource* test);
   void warn_if_reduced(const Segment& segment, int64_t first, const FitHooks& hooks);
   std::string divergence_message(int64_t step, const std::string& what);
+  // 1-based numbers of this process's partitions whose weights hold a NaN or an infinity.
+  std::vector<int> partitions_with_bad_weights();
   void start_segment();
   void join_segment();
 

@@ -40,7 +40,7 @@ namespace stalepipe::exec {
 // The loss of one mini-batch as the last partition computed it (with that partition's weights
 // at the time; earlier partitions' weights as the schedule's staleness implies).
 struct StepLoss {
-  int64_t step = 0;     // global mini-batch index (filled in by the training loop)
+  int64_t step = 0;     // global mini-batch index (filled in by the worker that reports it)
   double loss = 0;      // the loss function's value
   int64_t correct = 0;  // top-1 hits (0 unless logits [B, classes] and int64 labels [B])
   int64_t samples = 0;  // B

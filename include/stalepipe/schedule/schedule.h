@@ -133,9 +133,10 @@ struct StalenessTally {
   std::vector<int64_t> forwards;          // per worker
   std::vector<int64_t> forwards_at_full;  // per worker: delay >= full_delay[k]
 };
-// Adds the forwards of steps [schedule.first_step, end_step) to `tally` (sized on first use).
-void tally_staleness(const Schedule& schedule, int64_t end_step, const std::vector<int>& full_delay,
-                     StalenessTally& tally);
+// Adds the forwards of steps [schedule.first_step, end_step) to `tally` (sized on first use);
+// returns this segment's largest delay per worker.
+std::vector<int> tally_staleness(const Schedule& schedule, int64_t end_step,
+                                 const std::vector<int>& full_delay, StalenessTally& tally);
 
 // A space-time table for `stalepipe schedule` and docs/design.md: one column per worker, one
 // row per time slot, assuming every forward and backward takes one slot (equal partitions).
