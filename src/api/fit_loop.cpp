@@ -88,6 +88,7 @@ FitResult PipelineTrainer::run_epochs(BatchSource& train, BatchSource* test, int
                " mini-batches per epoch but the trainer was built for ", steps_per_epoch_);
   FitResult result;
   double trained = 0, seconds = 0;  // this call's samples and training seconds
+  bool stop_after_epoch = false;
   warned_ = false;
   while (epochs_done_ < last_epoch && (total_steps_ < 0 || next_step_ < total_steps_)) {
     const int64_t epoch_end = spe > 0 ? (epochs_done_ + 1) * spe : kNever;  // segment_end caps it at the run's end
@@ -102,9 +103,13 @@ FitResult PipelineTrainer::run_epochs(BatchSource& train, BatchSource* test, int
       trained += static_cast<double>(totals_.samples - samples_before);
       const bool run_end = total_steps_ >= 0 && next_step_ >= total_steps_;
       const bool epoch_over = seg.exhausted || next_step_ >= epoch_end || run_end;
-      const bool stop_at = options_.run().stop_at_step() > 0 && next_step_ >= options_.run().stop_at_step() && !run_end;
+      // Only a segment that reaches the stop step in this sitting stops (a run resumed there
+      // goes on).
+      const int64_t stop_step = options_.run().stop_at_step();
+      const bool stop_at = stop_step > first && next_step_ >= stop_step && !run_end;
       if (!seg.stopped && !stop_at && !epoch_over) warn_if_reduced(seg, first, hooks);
-      if (seg.stopped || stop_at) {
+      stop_after_epoch = stop_at && epoch_over;  // the epoch is finished (evaluated, saved) first
+      if (seg.stopped || (stop_at && !epoch_over)) {
         result.stopped = true;
         if (hooks.on_checkpoint) hooks.on_checkpoint(next_step_);
         break;
@@ -121,6 +126,10 @@ FitResult PipelineTrainer::run_epochs(BatchSource& train, BatchSource* test, int
     if (!losses_here) trained += static_cast<double>(result.epochs.back().samples);  // processes: not the last rank
     if (hooks.on_epoch) hooks.on_epoch(result.epochs.back());
     if (hooks.on_checkpoint) hooks.on_checkpoint(next_step_);
+    if (stop_after_epoch) {
+      result.stopped = true;
+      break;
+    }
   }
   result.steps = next_step_;
   result.images_per_second = seconds > 0 ? trained / seconds : 0;

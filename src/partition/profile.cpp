@@ -152,14 +152,6 @@ Profile profile_model(models::Model& model, const ProfileOptions& options) {
   return profile;
 }
 
-double profile_ms(const Profile& profile, size_t begin, size_t end) {
-  double ms = 0;
-  for (size_t u = begin; u < end && u < profile.units.size(); ++u) {
-    ms += profile.units[u].forward_ms + profile.units[u].backward_ms;
-  }
-  return ms;
-}
-
 std::string to_json(const Profile& profile) {
   nlohmann::json units = nlohmann::json::array();
   for (const auto& u : profile.units) {

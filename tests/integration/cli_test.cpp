@@ -10,6 +10,8 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "stalepipe/api/pipeline_trainer.h"
+#include "stalepipe/models/zoo.h"
 #include "support/cli.h"
 #include "support/data_files.h"
 #include "support/temp_dir.h"
@@ -48,6 +50,9 @@ TEST(Cli, UsageErrorsExitTwo) {
   expect_one_line_error(run_cli({"layers", "--model", "resnet7"}), 2, "6n+2");
   expect_one_line_error(run_cli({"schedule", "--partitions", "0"}), 2, "--partitions must be 1..64");
   expect_one_line_error(run_cli(with(kSmallRun, {"--micro-batches", "4"})), 2, "--micro-batches 4 applies to schedule gpipe only");
+  expect_one_line_error(run_cli(with(kSmallRun, {"--stop-at-step", "-1"})), 2, "--stop-at-step must be >= 0, got -1");
+  expect_one_line_error(run_cli(with(kSmallRun, {"--schedule", "hybrid", "--hybrid-switch", "x"})), 2, "--hybrid-switch x: expected a number of epochs");
+  expect_one_line_error(run_cli(with(kSmallRun, {"--devices", "tpu"})), 2, "--devices tpu");
   expect_one_line_error(run_cli(with(kSmallRun, {"--schedule", "pipedream"})), 2, "expected stale, sequential, hybrid, gpipe or 1f1b-stash");
 }
 
@@ -229,6 +234,42 @@ TEST(Cli, InterruptDrainsAndCheckpoints) {
   // Resuming a finished-or-stopped run works, and starting over in the same folder is refused.
   const auto again = run_cli(with(kSmallRun, {"--out", dir.path()}));
   expect_one_line_error(again, 2, "already holds a run with a checkpoint; resume it");
+}
+
+}  // namespace
+}  // namespace stalepipe::test
+
+namespace stalepipe::test {
+namespace {
+
+// One assembly path: train, the library, bench and simulate cut a model the same way for
+// the same K and criterion (memory takes a PPV and cuts nothing).
+TEST(OneAssemblyPath, TrainApiBenchAndSimulateChooseTheSamePpv) {
+  for (const std::string balance : {"params", "flops"}) {
+    TempDir dir;
+    const auto trained = run_cli({"train", "--data", "synthetic:64", "--batch-size", "16", "--epochs", "1",
+                                  "--max-steps", "2", "--partitions", "3", "--balance", balance,
+                                  "--progress", "none", "--out", dir.path() + "/run"});
+    ASSERT_EQ(trained.status, 0) << trained.err;
+    const std::string ppv = nlohmann::json::parse(std::ifstream(dir.path() + "/run/summary.json"))["ppv"];
+
+    Options options;
+    options.pipeline().partitions(3).balance(partition::balance_from_name(balance));
+    options.optimizer().lr_schedule(LrScheduleKind::kConstant);
+    const PipelineTrainer api(models::make_model("lenet5", models::InputShape{}), options);
+    EXPECT_EQ(partition::format_ppv(api.info().ppv), ppv) << balance;
+
+    const auto bench = run_cli({"bench", "--partitions", "3", "--balance", balance, "--batch-size", "8",
+                                "--warmup-steps", "0", "--steps", "14", "--threads", "2",
+                                "--json", dir.path() + "/bench.json"});
+    ASSERT_EQ(bench.status, 0) << bench.err;
+    EXPECT_EQ(nlohmann::json::parse(std::ifstream(dir.path() + "/bench.json"))["ppv"], ppv) << balance;
+
+    const auto simulated = run_cli({"simulate", "--partitions", "3", "--balance", balance, "--batch-size", "8"});
+    ASSERT_EQ(simulated.status, 0) << simulated.err;
+    EXPECT_NE(simulated.out.find("balanced by " + balance + ": --pipeline " + ppv + "\n"), std::string::npos)
+        << simulated.out;
+  }
 }
 
 }  // namespace

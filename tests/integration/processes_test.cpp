@@ -103,6 +103,19 @@ std::vector<std::string> launch_args(int nproc, std::vector<std::string> rest) {
   return args;
 }
 
+// Runs `stalepipe launch --nproc nproc -- rest` to its end and returns its exit status. A
+// master port that another test took between free_port() and the rendezvous is retried
+// with a fresh one (twice at most).
+int run_launch(int nproc, const std::vector<std::string>& rest, const std::string& log,
+               double seconds, const std::vector<std::string>& env = {}) {
+  for (int attempt = 0;; ++attempt) {
+    const int status = wait_for(spawn(launch_args(nproc, rest), env, log), seconds);
+    if (status == 0 || attempt == 2 || slurp(log).find("is the port already in use") == std::string::npos) {
+      return status;
+    }
+  }
+}
+
 // Every tensor of every shard of the two runs' checkpoints is bitwise equal.
 ::testing::AssertionResult same_checkpoints(const std::string& a, const std::string& b) {
   const auto ma = json_file(a + "/checkpoint/manifest.json");
@@ -144,8 +157,7 @@ TEST_P(ProcessesEqualEmulated, BitForBit) {
   const std::string ref = dir.file("emulated"), run = dir.file("processes");
   ASSERT_EQ(wait_for(spawn(train_args(ppv, K, ref, "emulated"), {}, dir.file("ref.log")), 60), 0)
       << slurp(dir.file("ref.log"));
-  ASSERT_EQ(wait_for(spawn(launch_args(K, train_args(ppv, K, run, "processes")), {},
-                           dir.file("run.log")), 60), 0)
+  ASSERT_EQ(run_launch(K, train_args(ppv, K, run, "processes"), dir.file("run.log"), 60), 0)
       << slurp(dir.file("run.log"));
   expect_same_results(ref, run);
   // Rank 0 writes the run's files; the metrics came from the last rank.
@@ -179,7 +191,7 @@ TEST(Processes, NewSchedulesAndMitigationsEqualEmulated) {
     ref_args.insert(ref_args.end(), extra.begin(), extra.end());
     run_args.insert(run_args.end(), extra.begin(), extra.end());
     ASSERT_EQ(wait_for(spawn(ref_args, {}, dir.file("ref.log")), 60), 0) << slurp(dir.file("ref.log"));
-    ASSERT_EQ(wait_for(spawn(launch_args(3, run_args), {}, dir.file("run.log")), 60), 0)
+    ASSERT_EQ(run_launch(3, run_args, dir.file("run.log"), 60), 0)
         << slurp(dir.file("run.log"));
     SCOPED_TRACE(extra[1]);
     expect_same_results(ref, run);
@@ -310,25 +322,20 @@ TEST(Processes, ResumeFromPartitionShardsMatchesAnUninterruptedRun) {
   TempDir dir;
   const std::string ref = dir.file("ref"), run = dir.file("run");
   const int epochs = 4;
-  ASSERT_EQ(wait_for(spawn(launch_args(2, train_args("2", 2, ref, "processes", epochs, "synthetic:1024")),
-                           {}, dir.file("ref.log")), 60), 0)
+  // Both runs drain every 8 steps, so a stop at one of those points changes nothing.
+  auto reference = train_args("2", 2, ref, "processes", epochs, "synthetic:1024");
+  reference.insert(reference.end(), {"--checkpoint-every", "8"});
+  ASSERT_EQ(run_launch(2, reference, dir.file("ref.log"), 60), 0)
       << slurp(dir.file("ref.log"));
-  // Kill the whole launch (launcher first: its ranks die with it) once epoch 1 is saved.
-  const pid_t launcher = spawn(launch_args(2, train_args("2", 2, run, "processes", epochs, "synthetic:1024")),
-                               {}, dir.file("run.log"));
+  // Stop every rank at step 40 (32 steps per epoch: mid-epoch 2), deterministically; each
+  // rank checkpoints its shard and exits as interrupted (130).
+  auto stopped = train_args("2", 2, run, "processes", epochs, "synthetic:1024");
+  stopped.insert(stopped.end(), {"--checkpoint-every", "8", "--stop-at-step", "40"});
+  ASSERT_EQ(run_launch(2, stopped, dir.file("run.log"), 60), 130) << slurp(dir.file("run.log"));
   const std::string manifest = run + "/checkpoint/manifest.json";
-  const auto start = Clock::now();
-  while (!fs::exists(manifest)) {
-    ASSERT_LT(Clock::now() - start, std::chrono::seconds(60)) << slurp(dir.file("run.log"));
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
-  ::kill(launcher, SIGKILL);
-  wait_for(launcher, 10);
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // ranks die with the launcher
-  const auto done = json_file(manifest)["epochs_done"].get<int>();
-  if (done >= epochs) GTEST_SKIP() << "the run finished before it could be interrupted";
-  ASSERT_EQ(wait_for(spawn(launch_args(2, {"train", "--resume", run, "--progress", "none"}), {},
-                           dir.file("resume.log")), 60), 0)
+  ASSERT_EQ(json_file(manifest)["step"].get<int>(), 40) << slurp(manifest);
+  ASSERT_EQ(json_file(manifest)["epochs_done"].get<int>(), 1) << slurp(manifest);
+  ASSERT_EQ(run_launch(2, {"train", "--resume", run, "--progress", "none"}, dir.file("resume.log"), 60), 0)
       << slurp(dir.file("resume.log"));
   expect_same_results(ref, run);
 
@@ -396,9 +403,9 @@ TEST(OneLoop, WeightsEqualThoseOfTheCodeBeforeBitForBit) {
       const std::vector<std::string> args = {"train", "--model", c.model, "--pipeline", c.ppv, "--batch-size", c.batch,
                                              "--max-steps", "50", "--epochs", "1", "--threads-per-worker", "1",
                                              "--executor", executor, "--progress", "none", "--out", dir.file("run")};
-      const pid_t pid = executor == "processes" ? spawn(launch_args(c.partitions, args), pins, dir.file("log"))
-                                                : spawn(args, pins, dir.file("log"));
-      ASSERT_EQ(wait_for(pid, 120), 0) << slurp(dir.file("log"));
+      const int status = executor == "processes" ? run_launch(c.partitions, args, dir.file("log"), 120, pins)
+                                                 : wait_for(spawn(args, pins, dir.file("log")), 120);
+      ASSERT_EQ(status, 0) << slurp(dir.file("log"));
       EXPECT_EQ(weights_digest(dir.file("run"), c.model, c.ppv), c.digest) << c.model << " " << executor;
     }
   }

@@ -132,7 +132,8 @@ struct RunOptions {
   TORCH_ARG(int64_t, epochs) = 10;
   TORCH_ARG(int64_t, max_steps) = 0;         // end after this many mini-batches; 0 = no limit
   // Stop as if interrupted (drain, checkpoint, resumable) once this many mini-batches are
-  // done; 0 = never. Unlike max_steps it does not change the learning-rate schedule.
+  // done; 0 = never. Unlike max_steps it does not change the learning-rate schedule, and a
+  // run resumed at that step goes on.
   TORCH_ARG(int64_t, stop_at_step) = 0;
   TORCH_ARG(uint64_t, seed) = 1;             // initialisation, shuffling, augmentation
   TORCH_ARG(std::string, out) = "";          // run directory; empty = none

@@ -64,9 +64,6 @@ struct ProfileOptions {
 // Measures every unit of `model`. Throws UsageError for batch_size < 1, repeats < 1, warmup < 0.
 Profile profile_model(models::Model& model, const ProfileOptions& options = {});
 
-// Sum of forward+backward milliseconds of units [begin, end).
-double profile_ms(const Profile& profile, size_t begin, size_t end);
-
 // JSON text (the --json file of `stalepipe profile`) and back. from_json throws RuntimeError
 // naming `source` if the text is not such a profile.
 std::string to_json(const Profile& profile);

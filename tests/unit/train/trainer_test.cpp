@@ -101,6 +101,33 @@ TEST(Trainer, StopDrainsCheckpointsAndResumes) {
   EXPECT_TRUE(test::all_equal(resumed.parameters, reference.parameters));
 }
 
+TEST(Trainer, StopAtStepIsADrainPointAndTheResumedRunGoesOn) {
+  // Pipelined: the stop falls on a checkpoint_every boundary, so both runs drain at step 6.
+  test::TempDir whole, dir;
+  const auto reference = train(small("2", {{"checkpoint_every", 3}, {"out", whole.path()}}), quiet());
+  const auto stopped = train(small("2", {{"checkpoint_every", 3}, {"stop_at_step", 6}, {"out", dir.path()}}), quiet());
+  ASSERT_TRUE(stopped.interrupted);
+  EXPECT_EQ(stopped.steps, 6);
+  const auto resumed = resume(dir.path(), quiet());  // config.json still says stop at 6
+  EXPECT_FALSE(resumed.interrupted);
+  EXPECT_EQ(resumed.steps, 14);
+  EXPECT_TRUE(test::all_equal(resumed.parameters, reference.parameters));
+  EXPECT_EQ(metrics_lines(dir.path()), metrics_lines(whole.path()));
+
+  // At an epoch end the epoch is finished (evaluated, logged, saved) before the stop.
+  test::TempDir at_end;
+  const auto epoch_one = train(small("2", {{"stop_at_step", 7}, {"out", at_end.path()}}), quiet());
+  ASSERT_TRUE(epoch_one.interrupted);
+  EXPECT_EQ(epoch_one.steps, 7);
+  EXPECT_EQ(metrics_lines(at_end.path()).size(), 1u);
+  const auto rest = resume(at_end.path(), quiet());
+  EXPECT_EQ(rest.steps, 14);
+  test::TempDir plain;
+  const auto uninterrupted = train(small("2", {{"out", plain.path()}}), quiet());
+  EXPECT_TRUE(test::all_equal(rest.parameters, uninterrupted.parameters));
+  EXPECT_EQ(metrics_lines(at_end.path()), metrics_lines(plain.path()));
+}
+
 TEST(Trainer, HybridSwitchAtTheEndsEqualsThePureSchedules) {
   const auto stale = train(small("2", {{"schedule", "stale"}}), quiet());
   const auto sequential = train(small("2", {{"schedule", "sequential"}}), quiet());
@@ -123,6 +150,7 @@ TEST(Trainer, BadOptionsAreUsageErrors) {
     }
   };
   expect_usage([] { return small("2", {{"batch_size", 0}}); }, "DataOptions::batch_size must be >= 1, got 0");
+  expect_usage([] { return small("2", {{"stop_at_step", -1}}); }, "RunOptions::stop_at_step must be >= 0, got -1");
   expect_usage([] { return small("2", {{"lr", -1}}); }, "OptimizerOptions::lr must be a positive number");
   expect_usage([] { return small("2", {{"lr", 0}}); }, "OptimizerOptions::lr must be a positive number");
   expect_usage([] { return small("2", {{"model", "resnet21"}}); }, "6n+2");
