@@ -69,6 +69,12 @@ const std::pair<const char*, const char*> kFlags[] = {
     {"MemoryOptions::batch_size", "--batch-size"},
     {"MemoryOptions::channels", "--channels"},
     {"SweepOptions::names", "--run"},
+    {"ExperimentOverrides::data", "sweep --data"},
+    {"ExperimentOverrides::out", "--out"},
+    {"ProfileOptions::batch_size", "--batch-size"},
+    {"ProfileOptions::repeats", "--repeats"},
+    {"ProfileOptions::warmup", "--warmup"},
+    {"ProfileOptions::threads", "--threads"},
 };
 
 }  // namespace

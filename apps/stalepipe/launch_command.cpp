@@ -101,6 +101,94 @@ int exit_status(int status) {
   return 1;
 }
 
+// Starts `nproc` ranks of this program with `args` (torchrun's environment), each in its own
+// process group, its output prefixed by a reader thread.
+std::vector<pid_t> start_ranks(int nproc, const std::string& addr, int master_port,
+                               std::vector<std::string>& args, std::vector<std::thread>& readers) {
+  const std::string exe = self_path();
+  std::vector<char*> argv;
+  argv.push_back(const_cast<char*>(exe.c_str()));
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  const pid_t launcher = ::getpid();
+  std::vector<pid_t> pids(nproc, -1);
+  for (int r = 0; r < nproc; ++r) {
+    int fds[2];
+    SP_CHECK(::pipe2(fds, O_CLOEXEC) == 0, "launch: pipe(): ", std::strerror(errno));
+    const pid_t pid = ::fork();
+    SP_CHECK(pid >= 0, "launch: fork(): ", std::strerror(errno));
+    if (pid == 0) {
+      ::setpgid(0, 0);  // a terminal's Ctrl-C reaches the launcher only; it forwards once
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (::getppid() != launcher) ::_exit(137);
+      std::signal(SIGINT, SIG_DFL);
+      std::signal(SIGTERM, SIG_DFL);
+      ::dup2(fds[1], STDOUT_FILENO);
+      ::dup2(fds[1], STDERR_FILENO);
+      ::setenv("RANK", std::to_string(r).c_str(), 1);
+      ::setenv("LOCAL_RANK", std::to_string(r).c_str(), 1);
+      ::setenv("WORLD_SIZE", std::to_string(nproc).c_str(), 1);
+      ::setenv("LOCAL_WORLD_SIZE", std::to_string(nproc).c_str(), 1);
+      ::setenv("MASTER_ADDR", addr.c_str(), 1);
+      ::setenv("MASTER_PORT", std::to_string(master_port).c_str(), 1);
+      ::execv(exe.c_str(), argv.data());
+      std::fprintf(stderr, "launch: cannot run %s: %s\n", exe.c_str(), std::strerror(errno));
+      ::_exit(127);
+    }
+    ::close(fds[1]);
+    pids[r] = pid;
+    say("rank " + std::to_string(r) + ": pid " + std::to_string(pid));
+    readers.emplace_back(pump, fds[0], r);
+  }
+  return pids;
+}
+
+// Waits for every rank; forwards the launcher's signals; when one fails, asks the others to
+// stop and kills them after `grace` seconds. Returns the first failure's status, or 0.
+int supervise(std::vector<pid_t>& pids, int grace) {
+  const int nproc = static_cast<int>(pids.size());
+  using Clock = std::chrono::steady_clock;
+  int alive = nproc;
+  int failure = -1;  // status of the first rank that failed
+  Clock::time_point kill_at = Clock::time_point::max();
+  auto signal_all = [&](int sig) {
+    for (pid_t pid : pids) {
+      if (pid > 0) ::kill(pid, sig);
+    }
+  };
+  while (alive > 0) {
+    if (const int sig = g_forward_signal.exchange(0); sig != 0) {
+      say(std::string("forwarding ") + (sig == SIGINT ? "SIGINT" : "SIGTERM") + " to the ranks");
+      signal_all(sig);
+    }
+    int status = 0;
+    const pid_t pid = ::waitpid(-1, &status, WNOHANG);
+    if (pid > 0) {
+      for (int r = 0; r < nproc; ++r) {
+        if (pids[r] != pid) continue;
+        pids[r] = -1;
+        --alive;
+        const int code = exit_status(status);
+        if (code != 0 && failure < 0) {
+          failure = code;
+          say("rank " + std::to_string(r) + " exited with status " + std::to_string(code) +
+              (alive > 0 ? "; stopping the other ranks" : ""));
+          signal_all(SIGTERM);
+          kill_at = Clock::now() + std::chrono::seconds(grace);
+        }
+      }
+      continue;
+    }
+    if (Clock::now() >= kill_at) {
+      say("ranks still running after " + std::to_string(grace) + " s; killing them");
+      signal_all(SIGKILL);
+      kill_at = Clock::time_point::max();
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return failure < 0 ? 0 : failure;
+}
+
 }  // namespace
 
 Command add_launch(CLI::App& app) {
@@ -125,90 +213,16 @@ Command add_launch(CLI::App& app) {
     }
     SP_CHECK_ARG(master_port >= 1 && master_port <= 65535, "--master-port ", master_port,
                  " is not a TCP port");
-    const std::string exe = self_path();
-    std::vector<char*> argv;
-    argv.push_back(const_cast<char*>(exe.c_str()));
-    for (auto& a : *args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-
     g_forward_signal = 0;
     std::signal(SIGINT, on_launcher_signal);
     std::signal(SIGTERM, on_launcher_signal);
-    const pid_t launcher = ::getpid();
-    std::vector<pid_t> pids(*nproc, -1);
     std::vector<std::thread> readers;
-    for (int r = 0; r < *nproc; ++r) {
-      int fds[2];
-      SP_CHECK(::pipe2(fds, O_CLOEXEC) == 0, "launch: pipe(): ", std::strerror(errno));
-      const pid_t pid = ::fork();
-      SP_CHECK(pid >= 0, "launch: fork(): ", std::strerror(errno));
-      if (pid == 0) {
-        ::setpgid(0, 0);  // a terminal's Ctrl-C reaches the launcher only; it forwards once
-        ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-        if (::getppid() != launcher) ::_exit(137);
-        std::signal(SIGINT, SIG_DFL);
-        std::signal(SIGTERM, SIG_DFL);
-        ::dup2(fds[1], STDOUT_FILENO);
-        ::dup2(fds[1], STDERR_FILENO);
-        ::setenv("RANK", std::to_string(r).c_str(), 1);
-        ::setenv("LOCAL_RANK", std::to_string(r).c_str(), 1);
-        ::setenv("WORLD_SIZE", std::to_string(*nproc).c_str(), 1);
-        ::setenv("LOCAL_WORLD_SIZE", std::to_string(*nproc).c_str(), 1);
-        ::setenv("MASTER_ADDR", addr->c_str(), 1);
-        ::setenv("MASTER_PORT", std::to_string(master_port).c_str(), 1);
-        ::execv(exe.c_str(), argv.data());
-        std::fprintf(stderr, "launch: cannot run %s: %s\n", exe.c_str(), std::strerror(errno));
-        ::_exit(127);
-      }
-      ::close(fds[1]);
-      pids[r] = pid;
-      say("rank " + std::to_string(r) + ": pid " + std::to_string(pid));
-      readers.emplace_back(pump, fds[0], r);
-    }
-
-    using Clock = std::chrono::steady_clock;
-    int alive = *nproc;
-    int failure = -1;  // status of the first rank that failed
-    Clock::time_point kill_at = Clock::time_point::max();
-    auto signal_all = [&](int sig) {
-      for (pid_t pid : pids) {
-        if (pid > 0) ::kill(pid, sig);
-      }
-    };
-    while (alive > 0) {
-      if (const int sig = g_forward_signal.exchange(0); sig != 0) {
-        say(std::string("forwarding ") + (sig == SIGINT ? "SIGINT" : "SIGTERM") + " to the ranks");
-        signal_all(sig);
-      }
-      int status = 0;
-      const pid_t pid = ::waitpid(-1, &status, WNOHANG);
-      if (pid > 0) {
-        for (int r = 0; r < *nproc; ++r) {
-          if (pids[r] != pid) continue;
-          pids[r] = -1;
-          --alive;
-          const int code = exit_status(status);
-          if (code != 0 && failure < 0) {
-            failure = code;
-            say("rank " + std::to_string(r) + " exited with status " + std::to_string(code) +
-                (alive > 0 ? "; stopping the other ranks" : ""));
-            signal_all(SIGTERM);
-            kill_at = Clock::now() + std::chrono::seconds(*grace);
-          }
-        }
-        continue;
-      }
-      if (Clock::now() >= kill_at) {
-        say("ranks still running after " + std::to_string(*grace) + " s; killing them");
-        signal_all(SIGKILL);
-        kill_at = Clock::time_point::max();
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
+    std::vector<pid_t> pids = start_ranks(*nproc, *addr, master_port, *args, readers);
+    const int status = supervise(pids, *grace);
     for (auto& t : readers) t.join();
     std::signal(SIGINT, SIG_DFL);
     std::signal(SIGTERM, SIG_DFL);
-    return failure < 0 ? 0 : failure;
+    return status;
   };
 }
 

@@ -121,7 +121,7 @@ void PipelineTrainer::build_executor() {
   const int K = plan_.num_partitions();
   SP_CHECK_ARG(where.world_size() == K, "PipelineOptions::executor processes: ProcessGroupOptions::world_size ",
                where.world_size(), " but PipelineOptions::ppv ", partition::format_ppv(plan_.ppv), " gives ", K,
-               " partitions; start one rank per partition (stalepipe launch --nproc ", K, ")");
+               " partitions; start one rank per partition");
   auto group = std::make_shared<exec::ProcessGroup>(where, config_hash(options_));
   executor_ = exec::make_processes_executor(group);
   group_ = exec::make_rank_group(group);

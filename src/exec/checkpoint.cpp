@@ -81,7 +81,7 @@ bool has_checkpoint(const std::string& run_dir) { return fs::exists(manifest_pat
 
 CheckpointInfo read_checkpoint_info(const std::string& run_dir) {
   const std::string path = manifest_path(run_dir);
-  SP_CHECK(fs::exists(path), path, ": no checkpoint manifest (was the run started with --out ",
+  SP_CHECK(fs::exists(path), path, ": no checkpoint manifest (was the run started with RunOptions::out ",
            run_dir, "?)");
   const nlohmann::json manifest = read_json_file(path);
   try {

@@ -57,7 +57,7 @@ ProcessGroupOptions ProcessGroupOptions::resolved() const {
   }
   if (o.master_port() < 0) o.master_port(env_int("MASTER_PORT", 29500));
   SP_CHECK_ARG(o.world_size() >= 1, "ProcessGroupOptions::world_size is not set: set WORLD_SIZE "
-               "(or the option), or start the ranks with `stalepipe launch --nproc K`");
+               "(or the option), or start the ranks with stalepipe's launcher");
   SP_CHECK_ARG(o.rank() >= 0 && o.rank() < o.world_size(), "ProcessGroupOptions::rank ",
                o.rank(), " is outside 0..", o.world_size() - 1,
                "; set RANK (or the option) for every process");
@@ -119,7 +119,15 @@ ProcessGroup::ProcessGroup(const ProcessGroupOptions& options, const std::string
   size_ = o.world_size();
   timeout_ = std::chrono::seconds(o.timeout_seconds());
   const std::string where = c10::str(o.master_addr(), ":", o.master_port());
+  connect_store(o, where);
+  compare_configs(config_hash, where, o.timeout_seconds());
+  connect_gloo(o, where);
+  impl_->reaper = std::thread([impl = impl_.get(), t = timeout_, s = o.timeout_seconds()] {
+    impl->reap(t, s);
+  });
+}
 
+void ProcessGroup::connect_store(const ProcessGroupOptions& o, const std::string& where) {
   c10d::TCPStoreOptions store_options;
   store_options.port = static_cast<uint16_t>(o.master_port());
   store_options.isServer = rank_ == 0;
@@ -140,7 +148,11 @@ ProcessGroup::ProcessGroup(const ProcessGroupOptions& options, const std::string
                                 e.what()));
   }
 
-  // Configuration check: every rank publishes its hash, then compares all of them.
+}
+
+// Every rank publishes its hash, then compares all of them.
+void ProcessGroup::compare_configs(const std::string& config_hash, const std::string& where,
+                                   int timeout_seconds) {
   auto key = [](int r) { return c10::str("stalepipe/config/", r); };
   impl_->store->set(key(rank_), std::vector<uint8_t>(config_hash.begin(), config_hash.end()));
   std::vector<std::string> keys;
@@ -157,7 +169,7 @@ ProcessGroup::ProcessGroup(const ProcessGroupOptions& options, const std::string
       missing = "unknown (the master is gone)";
     }
     throw RuntimeError(c10::str("rank ", rank_, ": rendezvous at ", where, " incomplete after ",
-                                o.timeout_seconds(), " s; missing rank(s): ", missing,
+                                timeout_seconds, " s; missing rank(s): ", missing,
                                 " of WORLD_SIZE ", size_));
   }
   std::string mismatch;
@@ -168,7 +180,7 @@ ProcessGroup::ProcessGroup(const ProcessGroupOptions& options, const std::string
       mismatch = c10::str("rank ", rank_, ": rank ", r,
                           " was started with a different configuration (config hash ", other,
                           ", this rank ", config_hash,
-                          "); start every rank with the same training flags");
+                          "); start every rank with the same options");
     }
   }
   // Rank 0 serves the store: it stays until every rank has compared, so that each one can
@@ -183,6 +195,9 @@ ProcessGroup::ProcessGroup(const ProcessGroupOptions& options, const std::string
   }
   if (!mismatch.empty()) throw RuntimeError(mismatch);
 
+}
+
+void ProcessGroup::connect_gloo(const ProcessGroupOptions& o, const std::string& where) {
   auto gloo_options = c10d::ProcessGroupGloo::Options::create(timeout_);
   try {
     if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME"); ifname && *ifname) {
@@ -198,9 +213,6 @@ ProcessGroup::ProcessGroup(const ProcessGroupOptions& options, const std::string
     throw RuntimeError(c10::str("rank ", rank_, ": cannot connect the Gloo process group (",
                                 size_, " ranks, rendezvous ", where, "): ", e.what()));
   }
-  impl_->reaper = std::thread([impl = impl_.get(), t = timeout_, s = o.timeout_seconds()] {
-    impl->reap(t, s);
-  });
 }
 
 ProcessGroup::~ProcessGroup() {

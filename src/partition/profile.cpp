@@ -46,21 +46,10 @@ std::string layers_text(const std::vector<int>& layers) {
 
 }  // namespace
 
-Profile profile_model(models::Model& model, const ProfileOptions& options) {
-  SP_CHECK_ARG(options.batch_size >= 1, "profile: --batch-size must be >= 1, got ", options.batch_size);
-  SP_CHECK_ARG(options.repeats >= 1, "profile: --repeats must be >= 1, got ", options.repeats);
-  SP_CHECK_ARG(options.warmup >= 0, "profile: --warmup must be >= 0, got ", options.warmup);
-  SP_CHECK_ARG(options.threads >= 0, "profile: --threads must be >= 0, got ", options.threads);
-  const int threads_before = at::get_num_threads();
-  if (options.threads > 0) at::set_num_threads(options.threads);
+namespace {
 
-  Profile profile;
-  profile.model = model.name;
-  profile.batch_size = options.batch_size;
-  profile.threads = at::get_num_threads();
-  profile.channels = model.input.channels;
-  const auto info = models::describe_units(model);
-
+// Random input of `batch` samples on the device and dtype of the model's first parameter.
+torch::Tensor profile_input(const models::Model& model, int64_t batch) {
   auto tensor_options = torch::TensorOptions().dtype(torch::kFloat32);
   for (const auto& unit : model.units) {
     const auto params = unit.module.ptr()->parameters();
@@ -69,16 +58,14 @@ Profile profile_model(models::Model& model, const ProfileOptions& options) {
       break;
     }
   }
-  torch::Tensor x = torch::randn({options.batch_size, model.input.channels, model.input.height,
-                                  model.input.width}, tensor_options);
-  profile.input_bytes = tensor_bytes(x);
+  return torch::randn({batch, model.input.channels, model.input.height, model.input.width}, tensor_options);
+}
 
-  const size_t U = model.units.size();
-  const bool cpu = x.device().is_cpu();
-  auto sync = [cpu] {
-    if (!cpu) torch::cuda::synchronize();
-  };
-  for (size_t u = 0; u < U; ++u) {
+// One row per unit with what needs no timing; puts every unit in training mode.
+std::vector<UnitProfile> unit_rows(models::Model& model) {
+  const auto info = models::describe_units(model);
+  std::vector<UnitProfile> rows;
+  for (size_t u = 0; u < model.units.size(); ++u) {
     auto& unit = model.units[u];
     unit.module.ptr()->train();
     UnitProfile row;
@@ -89,55 +76,92 @@ Profile profile_model(models::Model& model, const ProfileOptions& options) {
     for (const auto& p : unit.module.ptr()->parameters()) {
       if (p.requires_grad()) row.parameter_bytes += tensor_bytes(p);
     }
-    profile.units.push_back(row);
+    rows.push_back(row);
   }
+  return rows;
+}
 
-  // Whole training steps, timed at the unit boundaries: forwards between consecutive units'
-  // outputs, backwards between the moments the gradient hooks of consecutive outputs fire.
-  // Timing each unit on its own, on fresh memory, instead summed to 8% (ResNet-110) and 15%
-  // (ResNet-56) more than a measured step, over-charging the first units, which put the
-  // balanced cut off (docs/performance.md).
-  std::vector<std::vector<double>> forward_ms(U), backward_ms(U);
-  for (int r = 0; r < options.warmup + options.repeats; ++r) {
-    std::vector<Clock::time_point> grad_ready(U);
-    std::vector<torch::Tensor> outs;
-    torch::Tensor h = x.detach();
-    for (size_t u = 0; u < U; ++u) {
-      const int64_t heap_before = heap_in_use();
-      const auto start = Clock::now();
-      torch::Tensor out = model.units[u].module.forward(h);
-      sync();
-      const double f_ms = ms_since(start);
-      const int64_t kept = heap_in_use() - heap_before;
-      if (out.requires_grad()) {
-        out.register_hook([&grad_ready, &sync, u](const torch::Tensor&) {
-          sync();
-          grad_ready[u] = Clock::now();
-        });
-      }
-      if (r >= options.warmup) {
-        forward_ms[u].push_back(f_ms);
-        auto& row = profile.units[u];
-        row.output_bytes = tensor_bytes(out);
-        row.kept_bytes = std::max(row.kept_bytes, cpu ? std::max(kept, row.output_bytes) : row.output_bytes);
-      }
-      outs.push_back(out);
-      h = out;
-    }
-    const auto backward_start = Clock::now();
-    if (h.requires_grad()) h.backward(torch::ones_like(h));
+struct StepTimes {
+  std::vector<std::vector<double>> forward_ms, backward_ms;  // [unit] -> one per recorded step
+};
+
+// One whole training step, timed at the unit boundaries: forwards between consecutive units'
+// outputs, backwards between the moments the gradient hooks of consecutive outputs fire.
+// Timing each unit on its own, on fresh memory, instead summed to 8% (ResNet-110) and 15%
+// (ResNet-56) more than a measured step, over-charging the first units, which put the
+// balanced cut off (docs/performance.md). With `record`, adds the times to `times` and the
+// memory to `rows`.
+void time_step(models::Model& model, const torch::Tensor& x, bool record, std::vector<UnitProfile>& rows,
+               StepTimes& times) {
+  const size_t U = model.units.size();
+  const bool cpu = x.device().is_cpu();
+  auto sync = [cpu] {
+    if (!cpu) torch::cuda::synchronize();
+  };
+  std::vector<Clock::time_point> grad_ready(U);
+  std::vector<torch::Tensor> outs;
+  torch::Tensor h = x.detach();
+  for (size_t u = 0; u < U; ++u) {
+    const int64_t heap_before = heap_in_use();
+    const auto start = Clock::now();
+    torch::Tensor out = model.units[u].module.forward(h);
     sync();
-    const auto backward_end = Clock::now();
-    if (r < options.warmup) continue;
-    for (size_t u = 0; u < U; ++u) {
-      double b_ms = 0;  // a unit before the first one with weights has no backward
-      if (outs[u].requires_grad()) {
-        const auto from = u + 1 == U ? backward_start : grad_ready[u];
-        const auto to = u > 0 && outs[u - 1].requires_grad() ? grad_ready[u - 1] : backward_end;
-        b_ms = ms_between(from, to);
-      }
-      backward_ms[u].push_back(b_ms);
+    const double f_ms = ms_since(start);
+    const int64_t kept = heap_in_use() - heap_before;
+    if (out.requires_grad()) {
+      out.register_hook([&grad_ready, &sync, u](const torch::Tensor&) {
+        sync();
+        grad_ready[u] = Clock::now();
+      });
     }
+    if (record) {
+      times.forward_ms[u].push_back(f_ms);
+      auto& row = rows[u];
+      row.output_bytes = tensor_bytes(out);
+      row.kept_bytes = std::max(row.kept_bytes, cpu ? std::max(kept, row.output_bytes) : row.output_bytes);
+    }
+    outs.push_back(out);
+    h = out;
+  }
+  const auto backward_start = Clock::now();
+  if (h.requires_grad()) h.backward(torch::ones_like(h));
+  sync();
+  const auto backward_end = Clock::now();
+  if (!record) return;
+  for (size_t u = 0; u < U; ++u) {
+    double b_ms = 0;  // a unit before the first one with weights has no backward
+    if (outs[u].requires_grad()) {
+      const auto from = u + 1 == U ? backward_start : grad_ready[u];
+      const auto to = u > 0 && outs[u - 1].requires_grad() ? grad_ready[u - 1] : backward_end;
+      b_ms = ms_between(from, to);
+    }
+    times.backward_ms[u].push_back(b_ms);
+  }
+}
+
+}  // namespace
+
+Profile profile_model(models::Model& model, const ProfileOptions& options) {
+  SP_CHECK_ARG(options.batch_size >= 1, "ProfileOptions::batch_size must be >= 1, got ", options.batch_size);
+  SP_CHECK_ARG(options.repeats >= 1, "ProfileOptions::repeats must be >= 1, got ", options.repeats);
+  SP_CHECK_ARG(options.warmup >= 0, "ProfileOptions::warmup must be >= 0, got ", options.warmup);
+  SP_CHECK_ARG(options.threads >= 0, "ProfileOptions::threads must be >= 0, got ", options.threads);
+  const int threads_before = at::get_num_threads();
+  if (options.threads > 0) at::set_num_threads(options.threads);
+
+  Profile profile;
+  profile.model = model.name;
+  profile.batch_size = options.batch_size;
+  profile.threads = at::get_num_threads();
+  profile.channels = model.input.channels;
+  profile.units = unit_rows(model);
+  const torch::Tensor x = profile_input(model, options.batch_size);
+  profile.input_bytes = tensor_bytes(x);
+
+  const size_t U = model.units.size();
+  StepTimes times{std::vector<std::vector<double>>(U), std::vector<std::vector<double>>(U)};
+  for (int r = 0; r < options.warmup + options.repeats; ++r) {
+    time_step(model, x, r >= options.warmup, profile.units, times);
   }
   for (auto& unit : model.units) {
     for (auto& p : unit.module.ptr()->parameters()) {
@@ -145,8 +169,8 @@ Profile profile_model(models::Model& model, const ProfileOptions& options) {
     }
   }
   for (size_t u = 0; u < U; ++u) {
-    profile.units[u].forward_ms = median(forward_ms[u]);
-    profile.units[u].backward_ms = median(backward_ms[u]);
+    profile.units[u].forward_ms = median(times.forward_ms[u]);
+    profile.units[u].backward_ms = median(times.backward_ms[u]);
   }
   at::set_num_threads(threads_before);
   return profile;

@@ -1,5 +1,7 @@
 #include "stalepipe/perf/bench.h"
 
+#include "bench_impl.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -30,8 +32,6 @@ namespace stalepipe::perf {
 namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
-
-double ratio(double num, double den) { return num > 0 && den > 0 ? num / den : 0; }
 
 double now_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -92,7 +92,7 @@ RunOutcome run_rig(const Setup& setup, Rig& rig, const std::vector<int>& ppv,
   context.on_step = [&](int64_t t, const exec::StepLoss& s) {
     completions.push_back(now_seconds());
     last_loss = s.loss;
-    SP_CHECK(std::isfinite(s.loss), "bench ", o.model(), " (", executor_name, ", --pipeline ",
+    SP_CHECK(std::isfinite(s.loss), "bench ", o.model(), " (", executor_name, ", PPV ",
              partition::format_ppv(ppv), "): loss is not finite at mini-batch ", t);
   };
   context.threads_per_worker.assign(K, threads_per_worker);
@@ -166,10 +166,129 @@ void check_options(const BenchOptions& o, int K) {
   SP_CHECK_ARG(o.warmup_steps() >= 0, "BenchOptions::warmup_steps must be >= 0, got ", o.warmup_steps());
   SP_CHECK_ARG(o.threads() >= 0, "BenchOptions::threads must be >= 0, got ", o.threads());
   SP_CHECK_ARG(o.rounds() >= 1 && o.rounds() <= 100, "BenchOptions::rounds must be 1..100, got ", o.rounds());
-  SP_CHECK_ARG(K >= 2, "bench measures a pipeline of 2 or more partitions: give --partitions >= 2 or a --pipeline with at least one register");
+  SP_CHECK_ARG(K >= 2, "bench measures a pipeline of 2 or more partitions: give BenchOptions::partitions >= 2 or a BenchOptions::ppv with at least one register");
   SP_CHECK_ARG(o.steps() >= 4 * K + 2 && o.steps() <= 100000, "BenchOptions::steps ", o.steps(),
                ": a ", K, "-partition pipeline needs 4K+2 = ", 4 * K + 2,
                " to 100000 measured steps (fill and drain are cut from the steady state)");
+}
+
+// Profiles the model (the same cut as train: api/assemble.h) and fills in the predictions:
+// per-partition times, the bound and the simulated rate. Returns the PPV.
+std::vector<int> predict(BenchReport& report, models::Model& model, const BenchOptions& o, int K) {
+  const Assembly cut = plan_pipeline(model, bench_options(o, o.ppv(), K), /*want_profile=*/true);
+  report.ppv = partition::format_ppv(cut.plan.ppv);
+  const auto costs = sim::partition_costs(*cut.profile, cut.plan);
+  for (int k = 0; k < K; ++k) {
+    report.partition_ms.push_back(1e3 * (costs.forward_seconds[k] + costs.backward_seconds[k]));
+  }
+  report.rates.bound = pipeline_bound(costs, o.batch_size());
+  sim::SimulateOptions so;
+  so.batch_size = o.batch_size();
+  report.rates.simulated =
+      sim::simulate(schedule::make_schedule(schedule::ScheduleKind::kStale, K, 0, o.steps()), costs, so)
+          .steady_images_per_second;
+  return cut.plan.ppv;
+}
+
+// A few batches of synthetic 28x28 samples, padded and normalised as the trainer does with
+// Fashion-MNIST.
+std::vector<exec::Input> synthetic_batches(const BenchOptions& o) {
+  const int64_t kBatches = 4;
+  const auto split = data::make_synthetic(data::SyntheticOptions()
+                                              .train_size(kBatches * o.batch_size())
+                                              .test_size(1)
+                                              .channels(o.channels())
+                                              .seed(o.seed()));
+  data::Loader loader(split.train, data::LoaderOptions()
+                                       .batch_size(o.batch_size())
+                                       .seed(o.seed())
+                                       .pad_to(32)
+                                       .normalization(data::compute_normalization(split.train)));
+  std::vector<exec::Input> batches;
+  for (int64_t b = 0; b < kBatches; ++b) {
+    auto batch = loader.batch(0, b);
+    batches.push_back({batch.x, batch.y});
+  }
+  return batches;
+}
+
+struct Config {
+  std::string key, label;
+  std::function<RunOutcome()> run;
+};
+
+// The configurations, in the order each round runs them.
+std::vector<Config> bench_configs(const Setup& setup, const std::vector<int>& ppv, int K, int T, int per_worker) {
+  using schedule::ScheduleKind;
+  std::vector<Config> configs;
+  configs.push_back({"one_thread", "non-pipelined, 1 thread",
+                     [&setup] { return measure(setup, {}, ScheduleKind::kSequential, "emulated", 1); }});
+  if (T > 1) {
+    configs.push_back({"all_threads", c10::str("non-pipelined, ", T, " threads"),
+                       [&setup, T] { return measure(setup, {}, ScheduleKind::kSequential, "emulated", T); }});
+  }
+  configs.push_back({"pipeline", c10::str("stale pipeline, threads executor, ", K, " x ", per_worker, " thread(s)"),
+                     [&setup, ppv, per_worker] { return measure(setup, ppv, ScheduleKind::kStale, "threads", per_worker); }});
+  configs.push_back({"emulated", c10::str("stale pipeline, emulated executor, ", per_worker, " thread(s)"),
+                     [&setup, ppv, per_worker] { return measure(setup, ppv, ScheduleKind::kStale, "emulated", per_worker); }});
+  configs.push_back({"side_by_side", c10::str(K, " non-pipelined runs at once, ", per_worker, " thread(s) each"),
+                     [&setup, K, per_worker] { return RunOutcome{measure_side_by_side(setup, K, per_worker), {}}; }});
+  if (per_worker != 1 && per_worker != T) {
+    configs.push_back({"same_threads", c10::str("non-pipelined, ", per_worker, " threads"), [&setup, per_worker] {
+                         return measure(setup, {}, ScheduleKind::kSequential, "emulated", per_worker);
+                       }});
+  }
+  return configs;
+}
+
+// Medians over the rounds into report.measurements (index for index with configs) and
+// report.rates; whether every round's pipeline ended with the emulated executor's weights.
+void collect(BenchReport& report, const std::vector<Config>& configs,
+             const std::vector<std::vector<RunOutcome>>& runs) {
+  const auto index_of = [&](const std::string& key) {
+    return static_cast<size_t>(
+        std::find_if(configs.begin(), configs.end(), [&](const Config& c) { return c.key == key; }) -
+        configs.begin());
+  };
+  const auto rate_of = [&](const std::string& key) {
+    const size_t i = index_of(key);
+    return i < report.measurements.size() ? report.measurements[i].images_per_second : 0.0;
+  };
+  for (size_t c = 0; c < configs.size(); ++c) {
+    Measurement m = runs[c].back().measurement;
+    m.key = configs[c].key;
+    m.label = configs[c].label;
+    std::vector<double> segment;
+    for (const auto& run : runs[c]) {
+      m.round_images_per_second.push_back(run.measurement.images_per_second);
+      segment.push_back(run.measurement.segment_images_per_second);
+    }
+    m.images_per_second = median(m.round_images_per_second);
+    m.segment_images_per_second = median(segment);
+    report.measurements.push_back(m);
+  }
+  const int per_worker = report.threads_per_worker, T = report.threads;
+  report.rates.one_thread = rate_of("one_thread");
+  report.rates.all_threads = T > 1 ? rate_of("all_threads") : report.rates.one_thread;
+  report.rates.pipeline = rate_of("pipeline");
+  report.rates.emulated = rate_of("emulated");
+  report.rates.side_by_side = rate_of("side_by_side");
+  report.rates.non_pipelined_same_threads = per_worker == 1   ? report.rates.one_thread
+                                            : per_worker == T ? report.rates.all_threads
+                                                              : rate_of("same_threads");
+
+  // Every round's pipeline must end with the emulated executor's weights, bit for bit.
+  const auto& piped = runs[index_of("pipeline")];
+  const auto& emulated = runs[index_of("emulated")];
+  report.executors_agree = true;
+  for (size_t r = 0; report.executors_agree && r < piped.size(); ++r) {
+    const auto& a = piped[r].parameters;
+    const auto& b = emulated[r].parameters;
+    report.executors_agree = a.size() == b.size();
+    for (size_t i = 0; report.executors_agree && i < a.size(); ++i) {
+      report.executors_agree = torch::equal(a[i], b[i]);
+    }
+  }
 }
 
 }  // namespace
@@ -243,8 +362,7 @@ BenchReport run_bench(const BenchOptions& o, const std::function<void(const std:
                o.partitions());
   const int K = o.ppv().empty() ? o.partitions() : static_cast<int>(o.ppv().size()) + 1;
   check_options(o, K);
-  const int T = o.threads() > 0 ? o.threads()
-                                : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  const int T = resolved_threads(PipelineOptions().threads(o.threads()));
   const int per_worker = std::max(1, T / K);
   report.partitions = K;
   report.threads = T;
@@ -255,66 +373,12 @@ BenchReport run_bench(const BenchOptions& o, const std::function<void(const std:
   // Cheap checks first: the model name and PPV, before any profile or data.
   auto model = models::make_model(o.model(), setup.input);
   if (!o.ppv().empty()) partition::make_plan(model, o.ppv());
-
   say(c10::str("profiling ", o.model(), " at batch ", o.batch_size(), " with ", per_worker,
                " thread(s) per unit"));
-  const Assembly cut = plan_pipeline(model, bench_options(o, o.ppv(), K), /*want_profile=*/true);
-  const auto& plan = cut.plan;
-  const std::vector<int> ppv = plan.ppv;
-  report.ppv = partition::format_ppv(ppv);
-  const auto costs = sim::partition_costs(*cut.profile, plan);
-  for (int k = 0; k < K; ++k) {
-    report.partition_ms.push_back(1e3 * (costs.forward_seconds[k] + costs.backward_seconds[k]));
-  }
-  report.rates.bound = pipeline_bound(costs, o.batch_size());
-  sim::SimulateOptions so;
-  so.batch_size = o.batch_size();
-  report.rates.simulated =
-      sim::simulate(schedule::make_schedule(schedule::ScheduleKind::kStale, K, 0, o.steps()), costs, so)
-          .steady_images_per_second;
+  const std::vector<int> ppv = predict(report, model, o, K);
+  setup.batches = synthetic_batches(o);
 
-  // Synthetic 28x28 samples padded and normalised as the trainer does with Fashion-MNIST.
-  const int64_t kBatches = 4;
-  const auto split = data::make_synthetic(data::SyntheticOptions()
-                                              .train_size(kBatches * o.batch_size())
-                                              .test_size(1)
-                                              .channels(o.channels())
-                                              .seed(o.seed()));
-  data::Loader loader(split.train, data::LoaderOptions()
-                                       .batch_size(o.batch_size())
-                                       .seed(o.seed())
-                                       .pad_to(32)
-                                       .normalization(data::compute_normalization(split.train)));
-  for (int64_t b = 0; b < kBatches; ++b) {
-    auto batch = loader.batch(0, b);
-    setup.batches.push_back({batch.x, batch.y});
-  }
-
-  // The configurations, in the order each round runs them.
-  using schedule::ScheduleKind;
-  struct Config {
-    std::string key, label;
-    std::function<RunOutcome()> run;
-  };
-  std::vector<Config> configs;
-  configs.push_back({"one_thread", "non-pipelined, 1 thread",
-                     [&] { return measure(setup, {}, ScheduleKind::kSequential, "emulated", 1); }});
-  if (T > 1) {
-    configs.push_back({"all_threads", c10::str("non-pipelined, ", T, " threads"),
-                       [&] { return measure(setup, {}, ScheduleKind::kSequential, "emulated", T); }});
-  }
-  configs.push_back({"pipeline", c10::str("stale pipeline, threads executor, ", K, " x ", per_worker, " thread(s)"),
-                     [&] { return measure(setup, ppv, ScheduleKind::kStale, "threads", per_worker); }});
-  configs.push_back({"emulated", c10::str("stale pipeline, emulated executor, ", per_worker, " thread(s)"),
-                     [&] { return measure(setup, ppv, ScheduleKind::kStale, "emulated", per_worker); }});
-  configs.push_back({"side_by_side", c10::str(K, " non-pipelined runs at once, ", per_worker, " thread(s) each"),
-                     [&] { return RunOutcome{measure_side_by_side(setup, K, per_worker), {}}; }});
-  if (per_worker != 1 && per_worker != T) {
-    configs.push_back({"same_threads", c10::str("non-pipelined, ", per_worker, " threads"), [&] {
-                         return measure(setup, {}, ScheduleKind::kSequential, "emulated", per_worker);
-                       }});
-  }
-
+  const std::vector<Config> configs = bench_configs(setup, ppv, K, T, per_worker);
   say(c10::str("measuring ", o.warmup_steps(), " warm-up + ", o.steps(), " steps per configuration",
                o.rounds() > 1 ? c10::str(", ", o.rounds(), " alternated rounds") : std::string()));
   std::vector<std::vector<RunOutcome>> runs(configs.size());
@@ -329,51 +393,7 @@ BenchReport run_bench(const BenchOptions& o, const std::function<void(const std:
     }
   }
   at::set_num_threads(T);
-
-  // report.measurements and runs follow configs, index for index.
-  const auto index_of = [&](const std::string& key) {
-    return static_cast<size_t>(
-        std::find_if(configs.begin(), configs.end(), [&](const Config& c) { return c.key == key; }) -
-        configs.begin());
-  };
-  const auto rate_of = [&](const std::string& key) {
-    const size_t i = index_of(key);
-    return i < report.measurements.size() ? report.measurements[i].images_per_second : 0.0;
-  };
-  for (size_t c = 0; c < configs.size(); ++c) {
-    Measurement m = runs[c].back().measurement;
-    m.key = configs[c].key;
-    m.label = configs[c].label;
-    std::vector<double> segment;
-    for (const auto& run : runs[c]) {
-      m.round_images_per_second.push_back(run.measurement.images_per_second);
-      segment.push_back(run.measurement.segment_images_per_second);
-    }
-    m.images_per_second = median(m.round_images_per_second);
-    m.segment_images_per_second = median(segment);
-    report.measurements.push_back(m);
-  }
-  report.rates.one_thread = rate_of("one_thread");
-  report.rates.all_threads = T > 1 ? rate_of("all_threads") : report.rates.one_thread;
-  report.rates.pipeline = rate_of("pipeline");
-  report.rates.emulated = rate_of("emulated");
-  report.rates.side_by_side = rate_of("side_by_side");
-  report.rates.non_pipelined_same_threads = per_worker == 1   ? report.rates.one_thread
-                                            : per_worker == T ? report.rates.all_threads
-                                                              : rate_of("same_threads");
-
-  // Every round's pipeline must end with the emulated executor's weights, bit for bit.
-  const auto& piped = runs[index_of("pipeline")];
-  const auto& emulated = runs[index_of("emulated")];
-  report.executors_agree = true;
-  for (size_t r = 0; report.executors_agree && r < piped.size(); ++r) {
-    const auto& a = piped[r].parameters;
-    const auto& b = emulated[r].parameters;
-    report.executors_agree = a.size() == b.size();
-    for (size_t i = 0; report.executors_agree && i < a.size(); ++i) {
-      report.executors_agree = torch::equal(a[i], b[i]);
-    }
-  }
+  collect(report, configs, runs);
   finish_report(report);
   return report;
 }
@@ -381,132 +401,6 @@ BenchReport run_bench(const BenchOptions& o, const std::function<void(const std:
 void finish_report(BenchReport& report) {
   report.ratios = compute_ratios(report.rates);
   report.targets = check_targets(report.ratios);
-}
-
-std::string format_bench_report(const BenchReport& r) {
-  const auto& o = r.options;
-  std::string s = c10::str("bench ", o.model(), ": batch ", o.batch_size(), ", ", o.channels(),
-                           " channel(s), --pipeline ", r.ppv, " (", r.partitions, " partitions",
-                           o.ppv().empty() ? c10::str(", balanced by ", partition::to_string(o.balance())) : std::string(),
-                           "), ", r.threads, " cores, ", o.warmup_steps(), " warm-up + ", o.steps(),
-                           " measured steps",
-                           o.rounds() > 1 ? c10::str(", medians of ", o.rounds(), " alternated rounds")
-                                          : std::string(),
-                           "\n");
-  s += "profile, forward+backward per partition (ms):";
-  for (double ms : r.partition_ms) s += c10::str(" ", std::round(ms * 10) / 10);
-  s += "\n\n";
-  char line[256];
-  auto list = [&line](const std::vector<double>& v) {  // "12.3 45.6"
-    std::string out;
-    for (double x : v) {
-      std::snprintf(line, sizeof(line), " %.1f", x);
-      out += line;
-    }
-    return out;
-  };
-  std::snprintf(line, sizeof(line), "%-48s %10s %10s %10s\n", "configuration", "images/s",
-                "segment", "x 1 thread");
-  s += line;
-  for (const auto& m : r.measurements) {
-    std::snprintf(line, sizeof(line), "%-48s %10.1f %10.1f %10.2f\n", m.label.c_str(),
-                  m.images_per_second, m.segment_images_per_second,
-                  ratio(m.images_per_second, r.rates.one_thread));
-    s += line;
-    if (m.round_images_per_second.size() > 1) s += c10::str("    rounds:", list(m.round_images_per_second), "\n");
-  }
-  auto extra = [&](const char* label, double value) {
-    if (value <= 0) return;
-    std::snprintf(line, sizeof(line), "%-48s %10.1f %10s %10.2f\n", label, value, "",
-                  ratio(value, r.rates.one_thread));
-    s += line;
-  };
-  extra("profile bound for the pipeline (slowest part.)", r.rates.bound);
-  extra("simulator's prediction (stale, steady state)", r.rates.simulated);
-  extra("train --executor threads (K workers)", r.rates.threads_train);
-  extra("train --executor processes (K ranks)", r.rates.processes);
-  if (!r.rates.processes_runs.empty()) {
-    s += c10::str("  (train: medians of ", r.rates.processes_runs.size(), " alternated runs; threads",
-                  list(r.rates.threads_train_runs), ", processes", list(r.rates.processes_runs), ")\n");
-  }
-  if (r.rates.side_by_side > 0) {
-    s += c10::str("\nceiling: the pipeline's ", r.partitions, " workers run side by side, without the pipeline, at ",
-                  std::round(100 * r.ratios.side_by_side_vs_one_thread) / 100,
-                  "x one thread; the pipeline reaches ",
-                  std::round(1000 * r.ratios.pipeline_vs_side_by_side) / 10, "% of that\n");
-  }
-  s += c10::str("\ncheck: pipeline and emulated weights ",
-                r.executors_agree ? "bit-identical" : "DIFFER (bug)", "\n\ntargets:\n");
-  for (const auto& t : r.targets) {
-    const std::string range = std::isinf(t.high) ? c10::str(">= ", t.low)
-                                                 : c10::str(t.low, " .. ", t.high);
-    std::snprintf(line, sizeof(line), "  %-42s %6.3f  (target %s)  %s\n", t.name.c_str(), t.value,
-                  range.c_str(), !t.measured ? "not measured" : t.pass() ? "pass" : "MISS");
-    s += line;
-  }
-  return s;
-}
-
-std::string to_json(const BenchReport& r) {
-  const auto& o = r.options;
-  nlohmann::json j;
-  j["model"] = o.model();
-  j["batch_size"] = o.batch_size();
-  j["channels"] = o.channels();
-  j["ppv"] = r.ppv;
-  j["pipeline_given"] = !o.ppv().empty();
-  j["balance"] = partition::to_string(o.balance());
-  j["partitions"] = r.partitions;
-  j["threads"] = r.threads;
-  j["threads_per_worker"] = r.threads_per_worker;
-  j["warmup_steps"] = o.warmup_steps();
-  j["steps"] = o.steps();
-  j["rounds"] = o.rounds();
-  j["seed"] = o.seed();
-  j["partition_ms"] = r.partition_ms;
-  j["executors_agree"] = r.executors_agree;
-  j["rates"] = {{"one_thread", r.rates.one_thread},
-                {"all_threads", r.rates.all_threads},
-                {"pipeline", r.rates.pipeline},
-                {"emulated", r.rates.emulated},
-                {"non_pipelined_same_threads", r.rates.non_pipelined_same_threads},
-                {"bound", r.rates.bound},
-                {"simulated", r.rates.simulated},
-                {"processes", r.rates.processes},
-                {"threads_train", r.rates.threads_train},
-                {"side_by_side", r.rates.side_by_side},
-                {"processes_runs", r.rates.processes_runs},
-                {"threads_train_runs", r.rates.threads_train_runs}};
-  j["ratios"] = {{"pipeline_vs_one_thread", r.ratios.pipeline_vs_one_thread},
-                 {"pipeline_vs_all_threads", r.ratios.pipeline_vs_all_threads},
-                 {"pipeline_vs_bound", r.ratios.pipeline_vs_bound},
-                 {"emulated_vs_non_pipelined", r.ratios.emulated_vs_non_pipelined},
-                 {"simulated_vs_measured", r.ratios.simulated_vs_measured},
-                 {"processes_vs_threads", r.ratios.processes_vs_threads},
-                 {"side_by_side_vs_one_thread", r.ratios.side_by_side_vs_one_thread},
-                 {"pipeline_vs_side_by_side", r.ratios.pipeline_vs_side_by_side}};
-  auto& targets = j["targets"] = nlohmann::json::array();
-  for (const auto& t : r.targets) {
-    targets.push_back({{"name", t.name},
-                       {"value", t.value},
-                       {"low", t.low},
-                       {"high", std::isinf(t.high) ? nlohmann::json(nullptr) : nlohmann::json(t.high)},
-                       {"status", !t.measured ? "not measured" : t.pass() ? "pass" : "miss"}});
-  }
-  auto& ms = j["measurements"] = nlohmann::json::array();
-  for (const auto& m : r.measurements) {
-    ms.push_back({{"key", m.key},
-                  {"label", m.label},
-                  {"executor", m.executor},
-                  {"partitions", m.partitions},
-                  {"threads_per_worker", m.threads_per_worker},
-                  {"steps", m.steps},
-                  {"images_per_second", m.images_per_second},
-                  {"segment_images_per_second", m.segment_images_per_second},
-                  {"final_loss", m.final_loss},
-                  {"round_images_per_second", m.round_images_per_second}});
-  }
-  return j.dump(2) + "\n";
 }
 
 }  // namespace stalepipe::perf

@@ -40,9 +40,9 @@ PartitionCosts partition_costs(const partition::Profile& profile, const partitio
   return costs;
 }
 
-Prediction simulate(const schedule::Schedule& schedule, const PartitionCosts& costs,
-                    const SimulateOptions& options) {
-  const int K = schedule.num_workers;
+namespace {
+
+void check_inputs(int K, const PartitionCosts& costs, const SimulateOptions& options) {
   SP_CHECK_ARG(static_cast<int>(costs.forward_seconds.size()) == K &&
                    static_cast<int>(costs.backward_seconds.size()) == K,
                "simulate: the schedule has ", K, " workers but ", costs.forward_seconds.size(),
@@ -53,63 +53,90 @@ Prediction simulate(const schedule::Schedule& schedule, const PartitionCosts& co
                  "simulate: partition ", k + 1, " has a negative time");
   }
   SP_CHECK_ARG(options.transfer_seconds >= 0, "simulate: negative transfer time");
+}
 
-  // Message arrival times: forward_done[k][(t, micro)], backward_done[k][(t, micro)]. A
-  // micro-batch costs its share of the mini-batch's time.
-  using Slot = std::pair<int64_t, int>;
-  std::vector<std::map<Slot, double>> forward_done(K), backward_done(K);
-  const double share = 1.0 / schedule.micro_batches;
-  std::vector<size_t> next(K, 0);
-  std::vector<double> free_at(K, 0.0);
-  std::map<int64_t, double> completion;  // step -> end of its last op
-  Prediction p;
-  p.workers.resize(K);
-  size_t remaining = 0;
-  for (const auto& ops : schedule.worker_ops) remaining += ops.size();
-  while (remaining > 0) {
-    bool progressed = false;
-    for (int k = 0; k < K; ++k) {
-      const auto& ops = schedule.worker_ops[k];
-      while (next[k] < ops.size()) {
-        const schedule::Op& op = ops[next[k]];
-        double ready = 0, duration = 0;
-        if (op.kind == schedule::OpKind::kForward) {
-          if (k > 0) {
-            const auto it = forward_done[k - 1].find({op.step, op.micro});
-            if (it == forward_done[k - 1].end()) break;
-            ready = it->second + options.transfer_seconds;
-          }
-          duration = costs.forward_seconds[k] * share;
-        } else if (op.kind == schedule::OpKind::kBackward) {
-          if (k < K - 1) {
-            const auto it = backward_done[k + 1].find({op.step, op.micro});
-            if (it == backward_done[k + 1].end()) break;
-            ready = it->second + options.transfer_seconds;
-          }
-          duration = costs.backward_seconds[k] * share;
-        } else {
-          duration = at_or(costs.update_seconds, k, 0.0);
+// Replays the schedule: each op starts once its worker is free and its message has arrived.
+class Replay {
+ public:
+  Replay(const schedule::Schedule& s, const PartitionCosts& costs, const SimulateOptions& options, Prediction& p)
+      : s_(s), costs_(costs), options_(options), p_(p), K_(s.num_workers), forward_done_(K_),
+        backward_done_(K_), next_(K_, 0), free_at_(K_, 0.0), share_(1.0 / s.micro_batches) {}
+
+  // Runs every op; returns the completion time of each step (the end of its last op).
+  std::map<int64_t, double> run() {
+    size_t remaining = 0;
+    for (const auto& ops : s_.worker_ops) remaining += ops.size();
+    while (remaining > 0) {
+      bool progressed = false;
+      for (int k = 0; k < K_; ++k) {
+        while (next_[k] < s_.worker_ops[k].size() && run_next(k)) {
+          --remaining;
+          progressed = true;
         }
-        OpEvent e;
-        e.worker = k;
-        e.op = op;
-        e.start_seconds = std::max(free_at[k], ready);
-        e.end_seconds = e.start_seconds + duration;
-        free_at[k] = e.end_seconds;
-        if (op.kind == schedule::OpKind::kForward) forward_done[k][{op.step, op.micro}] = e.end_seconds;
-        if (op.kind == schedule::OpKind::kBackward) backward_done[k][{op.step, op.micro}] = e.end_seconds;
-        double& c = completion[op.step];
-        c = std::max(c, e.end_seconds);
-        p.workers[k].busy_seconds += duration;
-        p.events.push_back(e);
-        ++next[k];
-        --remaining;
-        progressed = true;
       }
+      SP_CHECK(progressed, "simulate: the schedule deadlocks (no worker can proceed)");
     }
-    SP_CHECK(progressed, "simulate: the schedule deadlocks (no worker can proceed)");
+    return completion_;
   }
 
+ private:
+  using Slot = std::pair<int64_t, int>;
+
+  // Runs worker k's next op if its input has arrived.
+  bool run_next(int k) {
+    const schedule::Op& op = s_.worker_ops[k][next_[k]];
+    double ready = 0, duration = 0;
+    if (op.kind == schedule::OpKind::kForward) {
+      if (k > 0 && !arrived(forward_done_[k - 1], op, ready)) return false;
+      duration = costs_.forward_seconds[k] * share_;
+    } else if (op.kind == schedule::OpKind::kBackward) {
+      if (k < K_ - 1 && !arrived(backward_done_[k + 1], op, ready)) return false;
+      duration = costs_.backward_seconds[k] * share_;
+    } else {
+      duration = at_or(costs_.update_seconds, k, 0.0);
+    }
+    OpEvent e;
+    e.worker = k;
+    e.op = op;
+    e.start_seconds = std::max(free_at_[k], ready);
+    e.end_seconds = e.start_seconds + duration;
+    free_at_[k] = e.end_seconds;
+    if (op.kind == schedule::OpKind::kForward) forward_done_[k][{op.step, op.micro}] = e.end_seconds;
+    if (op.kind == schedule::OpKind::kBackward) backward_done_[k][{op.step, op.micro}] = e.end_seconds;
+    double& c = completion_[op.step];
+    c = std::max(c, e.end_seconds);
+    p_.workers[k].busy_seconds += duration;
+    p_.events.push_back(e);
+    ++next_[k];
+    return true;
+  }
+
+  // Whether the neighbour sent op's message; sets `ready` to its arrival.
+  bool arrived(const std::map<Slot, double>& done, const schedule::Op& op, double& ready) const {
+    const auto it = done.find({op.step, op.micro});
+    if (it == done.end()) return false;
+    ready = it->second + options_.transfer_seconds;
+    return true;
+  }
+
+  const schedule::Schedule& s_;
+  const PartitionCosts& costs_;
+  const SimulateOptions& options_;
+  Prediction& p_;
+  const int K_;
+  // Message arrival times: forward_done_[k][(t, micro)], backward_done_[k][(t, micro)]. A
+  // micro-batch costs its share of the mini-batch's time.
+  std::vector<std::map<Slot, double>> forward_done_, backward_done_;
+  std::vector<size_t> next_;
+  std::vector<double> free_at_;
+  const double share_;
+  std::map<int64_t, double> completion_;
+};
+
+// Makespan, the steady state (fill and drain cut, as bench measures it) and the rates.
+void fill_rates(const schedule::Schedule& schedule, const SimulateOptions& options,
+                std::map<int64_t, double>& completion, Prediction& p) {
+  const int K = schedule.num_workers;
   double first = 0, last = 0;
   for (const auto& e : p.events) last = std::max(last, e.end_seconds);
   p.makespan_seconds = last - first;
@@ -123,6 +150,18 @@ Prediction simulate(const schedule::Schedule& schedule, const PartitionCosts& co
   const double batch = static_cast<double>(options.batch_size);
   if (p.steady_step_seconds > 0) p.steady_images_per_second = batch / p.steady_step_seconds;
   if (p.makespan_seconds > 0) p.images_per_second = batch * steps / p.makespan_seconds;
+}
+
+}  // namespace
+
+Prediction simulate(const schedule::Schedule& schedule, const PartitionCosts& costs,
+                    const SimulateOptions& options) {
+  const int K = schedule.num_workers;
+  check_inputs(K, costs, options);
+  Prediction p;
+  p.workers.resize(K);
+  auto completion = Replay(schedule, costs, options, p).run();
+  fill_rates(schedule, options, completion, p);
 
   const auto stats = schedule::analyze(schedule);
   for (int k = 0; k < K; ++k) {

@@ -54,7 +54,10 @@ std::string fixed(double v, int digits) {
 
 }  // namespace
 
-void write_results(const Experiment& experiment) {
+namespace {
+
+// The runs of an experiment that have a result (summary.json, or diverged.json).
+std::vector<Finished> read_finished(const Experiment& experiment) {
   std::vector<Finished> done;
   for (const auto& run : experiment.runs) {
     const fs::path dir = run.options.run().out();
@@ -71,14 +74,16 @@ void write_results(const Experiment& experiment) {
     }
     done.push_back(std::move(f));
   }
-  fs::create_directories(experiment.out);
+  return done;
+}
 
-  // Per run and seed.
+// results.csv: one row per run and seed.
+void write_csv(const Experiment& experiment, const std::vector<Finished>& done) {
   const char* columns[] = {"model", "ppv", "partitions", "schedule", "hybrid_switch_step",
                            "stale_weight_percent", "epochs", "steps", "test_accuracy",
                            "test_loss", "train_loss", "images_per_second", "wall_seconds",
                            "peak_rss_mb", "executor"};
-  std::ostringstream csv, md;
+  std::ostringstream csv;
   csv << "run,seed";
   for (const char* c : columns) csv << "," << c;
   csv << "\n";
@@ -95,89 +100,108 @@ void write_results(const Experiment& experiment) {
     csv << "\n";
   }
   write_file_atomic((fs::path(experiment.out) / "results.csv").string(), csv.str());
+}
 
-  // Per run over seeds, with the drop against the baseline.
+// The finished runs by name, in file order, and what the tables read of each name's seeds.
+struct ByName {
   std::vector<std::string> order;
-  std::map<std::string, std::vector<const Finished*>> by_name;
-  for (const auto& f : done) {
-    if (!by_name.count(f.run->name)) order.push_back(f.run->name);
-    by_name[f.run->name].push_back(&f);
+  std::map<std::string, std::vector<const Finished*>> runs;
+  std::string baseline;  // the run marked baseline, if any
+
+  explicit ByName(const std::vector<Finished>& done) {
+    for (const auto& f : done) {
+      if (!runs.count(f.run->name)) order.push_back(f.run->name);
+      runs[f.run->name].push_back(&f);
+    }
+    for (const auto& name : order) {
+      if (runs[name].front()->run->baseline) baseline = name;
+    }
   }
-  auto accuracies = [&](const std::string& name) {
+  // Test accuracies (%) of the seeds that did not diverge.
+  std::vector<double> accuracies(const std::string& name) {
     std::vector<double> v;
-    for (const auto* f : by_name[name]) {
+    for (const auto* f : runs[name]) {
       if (!f->diverged()) v.push_back(100 * f->summary.at("test_accuracy").get<double>());
     }
     return v;
-  };
-  std::string baseline;
-  for (const auto& name : order) {
-    if (by_name[name].front()->run->baseline) baseline = name;
   }
   // The run's first seed that did not diverge describes its settings; null if all diverged.
-  auto described = [&](const std::string& name) -> const Finished* {
-    for (const auto* f : by_name[name]) {
+  const Finished* described(const std::string& name) {
+    for (const auto* f : runs[name]) {
       if (!f->diverged()) return f;
     }
     return nullptr;
-  };
-  auto diverged_count = [&](const std::string& name) {
+  }
+  size_t diverged_count(const std::string& name) {
     size_t n = 0;
-    for (const auto* f : by_name[name]) n += f->diverged();
+    for (const auto* f : runs[name]) n += f->diverged();
     return n;
-  };
-  const Spread base = baseline.empty() ? Spread{} : spread(accuracies(baseline));
+  }
+};
+
+// One results.md row of run `name`; adds its point to `drops` when there is a baseline.
+void write_row(std::ostringstream& md, ByName& g, const std::string& name, const Spread& base,
+               std::vector<detail::Series>& drops) {
+  const Finished* any = g.described(name);
+  const auto& seeds = g.runs[name];
+  const size_t diverged = g.diverged_count(name);
+  const std::string diverged_note = diverged ? c10::str(" (", diverged, " of ", seeds.size(), " seeds diverged)") : "";
+  if (!any) {
+    md << "| " << name << " | " << seeds.front()->run->options.run().model() << " | "
+       << partition::format_ppv(seeds.front()->run->options.pipeline().ppv()) << " | | | | " << seeds.size()
+       << " | diverged" << diverged_note << " | | | | |\n";
+    return;
+  }
+  const auto& first = any->summary;
+  const Spread acc = spread(g.accuracies(name));
+  std::vector<double> ips, wall, rss;
+  for (const auto* f : seeds) {
+    if (f->diverged()) continue;
+    ips.push_back(f->summary.at("images_per_second").get<double>());
+    wall.push_back(f->summary.at("wall_seconds").get<double>());
+    rss.push_back(f->summary.value("peak_rss_mb", 0.0));
+  }
+  const double stale = first.at("stale_weight_percent").get<double>();
+  md << "| " << name << " | " << first.at("model").get<std::string>() << " | "
+     << first.at("ppv").get<std::string>() << " | " << first.at("partitions") << " | "
+     << (first.at("partitions").get<int>() == 1 ? "none" : first.at("schedule").get<std::string>()) << " | "
+     << fixed(stale, 1) << " | " << seeds.size() << " | " << fixed(acc.mean, 2)
+     << (acc.n > 1 ? " ± " + fixed(acc.std, 2) : "") << diverged_note << " | "
+     << (g.baseline.empty() ? "-" : fixed(base.mean - acc.mean, 2)) << " | "
+     << fixed(spread(ips).mean, 0) << " | " << fixed(spread(wall).mean, 0) << " | "
+     << fixed(spread(rss).mean, 0) << " |\n";
+  if (!g.baseline.empty()) drops.push_back({name, {stale}, {base.mean - acc.mean}, {acc.std}});
+}
+
+// results.md: one row per run over its seeds, with the drop against the baseline. Returns the
+// drop of each run (for drop_vs_stale.svg).
+std::vector<detail::Series> write_markdown(const Experiment& experiment, ByName& g) {
+  const Spread base = g.baseline.empty() ? Spread{} : spread(g.accuracies(g.baseline));
+  std::ostringstream md;
   md << "| run | model | PPV | K | schedule | stale weights (%) | seeds | test accuracy (%) | drop (points) | images/s | wall (s) | peak RSS (MB) |\n"
      << "|---|---|---|---|---|---|---|---|---|---|---|---|\n";
   std::vector<detail::Series> drops;  // one per run, so the legend names the points
-  for (const auto& name : order) {
-    const Finished* any = described(name);
-    const size_t diverged = diverged_count(name);
-    const std::string diverged_note =
-        diverged ? c10::str(" (", diverged, " of ", by_name[name].size(), " seeds diverged)") : "";
-    if (!any) {
-      md << "| " << name << " | " << by_name[name].front()->run->options.run().model() << " | "
-         << partition::format_ppv(by_name[name].front()->run->options.pipeline().ppv()) << " | | | | " << by_name[name].size()
-         << " | diverged" << diverged_note << " | | | | |\n";
-      continue;
-    }
-    const auto& first = any->summary;
-    const Spread acc = spread(accuracies(name));
-    std::vector<double> ips, wall, rss;
-    for (const auto* f : by_name[name]) {
-      if (f->diverged()) continue;
-      ips.push_back(f->summary.at("images_per_second").get<double>());
-      wall.push_back(f->summary.at("wall_seconds").get<double>());
-      rss.push_back(f->summary.value("peak_rss_mb", 0.0));
-    }
-    const double stale = first.at("stale_weight_percent").get<double>();
-    md << "| " << name << " | " << first.at("model").get<std::string>() << " | "
-       << first.at("ppv").get<std::string>() << " | " << first.at("partitions") << " | "
-       << (first.at("partitions").get<int>() == 1 ? "none" : first.at("schedule").get<std::string>()) << " | "
-       << fixed(stale, 1) << " | " << by_name[name].size() << " | " << fixed(acc.mean, 2)
-       << (acc.n > 1 ? " ± " + fixed(acc.std, 2) : "") << diverged_note << " | "
-       << (baseline.empty() ? "-" : fixed(base.mean - acc.mean, 2)) << " | "
-       << fixed(spread(ips).mean, 0) << " | " << fixed(spread(wall).mean, 0) << " | "
-       << fixed(spread(rss).mean, 0) << " |\n";
-    if (!baseline.empty()) drops.push_back({name, {stale}, {base.mean - acc.mean}, {acc.std}});
-  }
+  for (const auto& name : g.order) write_row(md, g, name, base, drops);
   md << "\nAccuracy: mean ± sample standard deviation over the seeds that did not diverge; "
         "drop: baseline ("
-     << (baseline.empty() ? "none" : baseline) << ") mean minus run mean.\n";
+     << (g.baseline.empty() ? "none" : g.baseline) << ") mean minus run mean.\n";
   write_file_atomic((fs::path(experiment.out) / "results.md").string(), md.str());
+  return drops;
+}
 
-  // Test accuracy per epoch, seed-averaged, one line per run.
+// Test accuracy per epoch, seed-averaged, one line per run.
+std::vector<detail::Series> accuracy_curves(ByName& g) {
   std::vector<detail::Series> curves;
-  for (const auto& name : order) {
-    if (!described(name)) continue;
+  for (const auto& name : g.order) {
+    if (!g.described(name)) continue;
     detail::Series s{name, {}, {}, {}};
-    size_t epochs = described(name)->test_accuracy_per_epoch.size();
-    for (const auto* f : by_name[name]) {
+    size_t epochs = g.described(name)->test_accuracy_per_epoch.size();
+    for (const auto* f : g.runs[name]) {
       if (!f->diverged()) epochs = std::min(epochs, f->test_accuracy_per_epoch.size());
     }
     for (size_t e = 0; e < epochs; ++e) {
       std::vector<double> v;
-      for (const auto* f : by_name[name]) {
+      for (const auto* f : g.runs[name]) {
         if (!f->diverged()) v.push_back(100 * f->test_accuracy_per_epoch[e]);
       }
       s.x.push_back(static_cast<double>(e + 1));
@@ -185,9 +209,21 @@ void write_results(const Experiment& experiment) {
     }
     curves.push_back(s);
   }
+  return curves;
+}
+
+}  // namespace
+
+void write_results(const Experiment& experiment) {
+  const std::vector<Finished> done = read_finished(experiment);
+  fs::create_directories(experiment.out);
+  write_csv(experiment, done);
+  ByName g(done);
+  const auto drops = write_markdown(experiment, g);
   const std::string title = fs::path(experiment.path).stem().string();
   write_file_atomic((fs::path(experiment.out) / "accuracy.svg").string(),
-                    detail::svg_chart(title + ": test accuracy", "epoch", "test accuracy (%)", curves, true));
+                    detail::svg_chart(title + ": test accuracy", "epoch", "test accuracy (%)",
+                                      accuracy_curves(g), true));
   write_file_atomic((fs::path(experiment.out) / "drop_vs_stale.svg").string(),
                     detail::svg_chart(title + ": accuracy drop vs stale weights", "stale weights (%)",
                                       "drop against the baseline (points)", drops, false));

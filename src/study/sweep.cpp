@@ -36,8 +36,8 @@ void merge_options(nlohmann::json& into, const nlohmann::json& from, const std::
 
 Experiment load_experiment(const std::string& path, const ExperimentOverrides& overrides) {
   SP_CHECK_ARG(fs::exists(path), "sweep ", path, ": no such file");
-  SP_CHECK_ARG(overrides.data.empty() || !overrides.out.empty(), "sweep --data ", overrides.data,
-               " needs --out: results on other data must not share ", path, "'s results folder");
+  SP_CHECK_ARG(overrides.data.empty() || !overrides.out.empty(), "ExperimentOverrides::data ", overrides.data,
+               " needs ExperimentOverrides::out: results on other data must not share ", path, "'s results folder");
   nlohmann::json file;
   try {
     file = read_json_file(path);

@@ -144,6 +144,20 @@ nlohmann::json summary_json(Run& run, const TrainResult& r) {
   return s;
 }
 
+// --trace FILE: every op of the run; with processes each rank records its own worker.
+void write_trace(Run& run, sim::TraceRecorder& trace) {
+  const Options& o = run.options;
+  if (o.run().trace().empty()) return;
+  const bool ranks = o.pipeline().executor() == ExecutorKind::kProcesses;
+  const PipelineTrainer& t = *run.trainer;
+  trace.write(ranks ? c10::str(o.run().trace(), ".rank", o.pipeline().group().resolved().rank()) : o.run().trace(),
+              c10::str(o.run().model(), ", PPV ", partition::format_ppv(t.info().ppv), ", ",
+                       schedule_name(t), ", ", run.trainer->executor().name()));
+}
+
+TrainResult conclude(Run& run, TrainResult result, const FitResult& fitted,
+                     const std::function<void(const std::string&)>& log);
+
 TrainResult run_training(Run& run, bool resumed, const TrainHooks& hooks) {
   PipelineTrainer& t = *run.trainer;
   const Options& o = run.options;
@@ -192,23 +206,24 @@ TrainResult run_training(Run& run, bool resumed, const TrainHooks& hooks) {
     checkpoint_step = step;
     if (hooks.on_checkpoint) hooks.on_checkpoint(step);
   };
-  auto write_trace = [&] {
-    if (o.run().trace().empty()) return;
-    const bool ranks = o.pipeline().executor() == ExecutorKind::kProcesses;  // each records its own worker
-    trace.write(ranks ? c10::str(o.run().trace(), ".rank", o.pipeline().group().resolved().rank()) : o.run().trace(),
-                c10::str(o.run().model(), " --pipeline ", partition::format_ppv(t.info().ppv), ", ",
-                         schedule_name(t), ", ", t.executor().name()));
-  };
   LoaderSource train(*run.train_loader), test(*run.test_loader);
   FitResult fitted;
   try {
     fitted = t.fit(train, fit, &test);
   } catch (const DivergedError& e) {
-    write_trace();
+    write_trace(run, trace);
     throw DivergedError(c10::str(e.what(), checkpoint_step >= 0 ? c10::str(". The checkpoint of step ", checkpoint_step, " is intact")
                                                                 : std::string(". No checkpoint was written")));
   }
-  write_trace();
+  write_trace(run, trace);
+  return conclude(run, std::move(result), fitted, log);
+}
+
+// The result of a fit that ended; summary.json and the last line when it was not stopped.
+TrainResult conclude(Run& run, TrainResult result, const FitResult& fitted,
+                     const std::function<void(const std::string&)>& log) {
+  PipelineTrainer& t = *run.trainer;
+  const std::string& out = run.options.run().out();
   result.info = t.info();
   result.steps = fitted.steps;
   result.interrupted = fitted.stopped;
@@ -216,7 +231,7 @@ TrainResult run_training(Run& run, bool resumed, const TrainHooks& hooks) {
   result.images_per_second = fitted.images_per_second;
   if (fitted.stopped) {
     log(c10::str("stopped at step ", t.step(), "; pipeline drained",
-                 out.empty() ? "" : c10::str(", checkpoint saved; continue with --resume ", out)));
+                 out.empty() ? "" : c10::str(", checkpoint saved in ", out, "; resume it to continue")));
     return result;
   }
   if (!result.epochs.empty()) {
@@ -225,7 +240,7 @@ TrainResult run_training(Run& run, bool resumed, const TrainHooks& hooks) {
     result.train_loss = result.epochs.back().train_loss;
   }
   result.parameters = t.parameters();
-  if (!out.empty() && leader) write_summary(out, summary_json(run, result));
+  if (!out.empty() && t.group().leader()) write_summary(out, summary_json(run, result));
   log(c10::str("done: test accuracy ", result.test_accuracy, ", ", static_cast<int64_t>(result.images_per_second),
                " img/s, ", result.wall_seconds, " s training", out.empty() ? "" : ", results in " + out));
   return result;

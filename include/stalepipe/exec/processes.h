@@ -88,6 +88,10 @@ class ProcessGroup {
 
  private:
   [[noreturn]] void fail(int peer, const std::string& what, const std::exception& e);
+  // The constructor's steps: the TCPStore, the configuration check, the Gloo group.
+  void connect_store(const ProcessGroupOptions& o, const std::string& where);
+  void compare_configs(const std::string& config_hash, const std::string& where, int timeout_seconds);
+  void connect_gloo(const ProcessGroupOptions& o, const std::string& where);
 
   int rank_ = 0, size_ = 1;
   std::chrono::milliseconds timeout_{60000};

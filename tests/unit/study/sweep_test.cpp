@@ -142,7 +142,7 @@ TEST(Sweep, DataAndOutOverridesApplyToEveryRun) {
     load_experiment(path, ExperimentOverrides{"synthetic:64", ""});
     ADD_FAILURE();
   } catch (const UsageError& e) {
-    EXPECT_NE(std::string(e.what()).find("--data synthetic:64 needs --out"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("ExperimentOverrides::data synthetic:64 needs ExperimentOverrides::out"), std::string::npos) << e.what();
   }
 }
 
