@@ -21,16 +21,17 @@ partition::ProfileOptions profile_settings(const Options& options, int partition
 
 partition::Profile profile_preserving_state(models::Model& model, const Options& options,
                                             int partitions) {
-  torch::NoGradGuard no_grad;
   std::vector<std::pair<torch::Tensor, torch::Tensor>> saved;
   for (const auto& unit : model.units) {
-    for (const auto& t : unit.module.ptr()->parameters()) saved.emplace_back(t, t.clone());
-    for (const auto& t : unit.module.ptr()->buffers()) saved.emplace_back(t, t.clone());
+    for (const auto& t : unit.module.ptr()->parameters()) saved.emplace_back(t, t.detach().clone());
+    for (const auto& t : unit.module.ptr()->buffers()) saved.emplace_back(t, t.detach().clone());
   }
   auto generator = at::detail::getDefaultCPUGenerator();
   const auto rng = generator.get_state();
+  // With gradients: the profile times whole training steps, backward included.
   auto profile = partition::profile_model(model, profile_settings(options, partitions));
   generator.set_state(rng);
+  torch::NoGradGuard no_grad;  // the restore must not enter any graph
   for (auto& [live, copy] : saved) live.copy_(copy);
   return profile;
 }

@@ -1,4 +1,5 @@
 // End-to-end training runs on synthetic data: determinism, exact resume, hybrid, bad options.
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -126,6 +127,41 @@ TEST(Trainer, StopAtStepIsADrainPointAndTheResumedRunGoesOn) {
   const auto uninterrupted = train(small("2", {{"out", plain.path()}}), quiet());
   EXPECT_TRUE(test::all_equal(rest.parameters, uninterrupted.parameters));
   EXPECT_EQ(metrics_lines(at_end.path()), metrics_lines(plain.path()));
+}
+
+TEST(Trainer, ShortSegmentsReportTheStalenessAsItRanAndWarnOnce) {
+  // Draining after every mini-batch leaves no mini-batch in flight: the schedule's d_k never
+  // happens, and the run is plain sequential SGD.
+  test::TempDir dir;
+  std::vector<std::string> lines;
+  auto hooks = quiet();
+  hooks.log = [&lines](const std::string& line) { lines.push_back(line); };
+  const auto short_segments = train(small("1,3", {{"checkpoint_every", 1}, {"out", dir.path()}}), hooks);
+  const auto sequential = train(small("1,3", {{"schedule", "sequential"}}), quiet());
+  EXPECT_TRUE(test::all_equal(short_segments.parameters, sequential.parameters));
+  auto summary = nlohmann::json::parse(std::ifstream(dir.path() + "/summary.json"));
+  EXPECT_EQ(summary["staleness"], nlohmann::json({3, 1, 0}));
+  EXPECT_EQ(summary["staleness_max_ran"], nlohmann::json({0, 0, 0}));
+  EXPECT_EQ(summary["forwards"], nlohmann::json({14, 14, 14}));
+  EXPECT_EQ(summary["forwards_at_full_staleness"], nlohmann::json({0, 0, 14}));
+  const auto warnings = std::count_if(lines.begin(), lines.end(), [](const std::string& l) {
+    return l.find("staleness reduced") != std::string::npos;
+  });
+  EXPECT_EQ(warnings, 1);
+  for (const auto& l : lines) {
+    if (l.find("staleness reduced") == std::string::npos) continue;
+    EXPECT_NE(l.find("drains every 1 mini-batches"), std::string::npos) << l;
+    EXPECT_NE(l.find("partition 1 at most d=0 of d_1=3, partition 2 at most d=0 of d_2=1"), std::string::npos) << l;
+  }
+
+  // Whole epochs of 7 mini-batches reach d_k: no warning, every forward past the fill at d_k.
+  std::vector<std::string> quiet_lines;
+  hooks.log = [&quiet_lines](const std::string& line) { quiet_lines.push_back(line); };
+  test::TempDir whole;
+  train(small("1,3", {{"out", whole.path()}}), hooks);
+  for (const auto& l : quiet_lines) EXPECT_EQ(l.find("staleness reduced"), std::string::npos) << l;
+  auto full = nlohmann::json::parse(std::ifstream(whole.path() + "/summary.json"));
+  EXPECT_EQ(full["staleness_max_ran"], nlohmann::json({3, 1, 0}));
 }
 
 TEST(Trainer, HybridSwitchAtTheEndsEqualsThePureSchedules) {
