@@ -30,6 +30,19 @@ int schedule_lag(schedule::ScheduleKind kind, int K, int micro_batches) {
   return lag;
 }
 
+// The first option that needs the epoch length to become steps (null if none): the learning
+// rate schedule (unless lr_at or a constant lr without warm-up), the delay-lr anneal, a
+// hybrid switch given in epochs.
+const char* epoch_valued_field(const Options& options) {
+  const OptimizerOptions& o = options.optimizer();
+  const TrainingPoint& sw = options.pipeline().hybrid_switch();
+  if (!o.lr_at() && o.lr_schedule() != LrScheduleKind::kConstant) return "OptimizerOptions::lr_schedule";
+  if (!o.lr_at() && o.warmup_epochs() > 0) return "OptimizerOptions::warmup_epochs";
+  if (o.delay_lr_anneal_epochs() > 0) return "OptimizerOptions::delay_lr_anneal_epochs";
+  if (sw.set() && !sw.in_steps) return "PipelineOptions::hybrid_switch";
+  return nullptr;
+}
+
 }  // namespace
 
 PipelineTrainer::PipelineTrainer(models::Model model, Options options, int64_t steps_per_epoch)
@@ -55,14 +68,8 @@ void PipelineTrainer::build_lr(int64_t steps_per_epoch) {
   steps_per_epoch_ = steps_per_epoch;
   if (steps_per_epoch > 0) total_steps_ = run.epochs() * steps_per_epoch;
   if (run.max_steps() > 0) total_steps_ = total_steps_ < 0 ? run.max_steps() : std::min(total_steps_, run.max_steps());
-  const char* needs_epochs =
-      o.lr_at() ? nullptr
-      : o.lr_schedule() != LrScheduleKind::kConstant ? "OptimizerOptions::lr_schedule"
-      : o.warmup_epochs() > 0                         ? "OptimizerOptions::warmup_epochs"
-                                                      : nullptr;
-  if (!needs_epochs && o.delay_lr_anneal_epochs() > 0) needs_epochs = "OptimizerOptions::delay_lr_anneal_epochs";
   const TrainingPoint& sw = options_.pipeline().hybrid_switch();
-  if (!needs_epochs && sw.set() && !sw.in_steps) needs_epochs = "PipelineOptions::hybrid_switch";
+  const char* needs_epochs = epoch_valued_field(options_);
   SP_CHECK_ARG(!needs_epochs || steps_per_epoch > 0, needs_epochs,
                " is given in epochs or spans the run: pass PipelineTrainer the epoch length "
                "(steps_per_epoch), or use steps, a constant lr_schedule or lr_at");
@@ -73,9 +80,6 @@ void PipelineTrainer::build_lr(int64_t steps_per_epoch) {
   }
   if (o.lr_at()) {
     lr_ = o.lr_at();
-  } else if (o.lr_schedule() == LrScheduleKind::kConstant && o.warmup_epochs() == 0) {
-    const double lr = o.lr();
-    lr_ = [lr](int64_t) { return lr; };
   } else {
     optim::LrScheduleOptions s;
     s.kind = o.lr_schedule();

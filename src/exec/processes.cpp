@@ -237,10 +237,32 @@ ProcessGroup::~ProcessGroup() {
   const std::string message = e.what();
   const bool timed_out = message.find("imed out") != std::string::npos ||
                          message.find("imeout") != std::string::npos;
-  throw RuntimeError(c10::str(describe(peer),
+  const std::string first = first_loss(peer, timed_out);
+  const bool other = !first.empty() && first != describe(peer);
+  throw RuntimeError(c10::str(other ? first + " failed first; " : std::string(), describe(peer),
                               timed_out ? c10::str(" did not answer within ", timeout_.count() / 1000, " s")
                                         : std::string(" is gone (connection lost; it died or failed)"),
                               " while this rank (", rank_, ") waited to ", what, ": ", message));
+}
+
+// When a rank dies, its neighbours lose their connections, fail, and exit, and the ranks
+// beyond them see those neighbours go: each would name a different rank. The first loss
+// seen directly is recorded in the store (the first record wins), and every rank names it.
+// A rank that saw no direct loss waits a little for a record. Empty if the store is gone too.
+std::string ProcessGroup::first_loss(int peer, bool timed_out) {
+  const std::string key = "stalepipe/first-loss";
+  try {
+    if (peer >= 0 && !timed_out) {
+      const std::string mine = describe(peer);
+      const auto v = impl_->store->compareSet(key, {}, std::vector<uint8_t>(mine.begin(), mine.end()));
+      return std::string(v.begin(), v.end());
+    }
+    impl_->store->wait({key}, std::chrono::seconds(2));
+    const auto v = impl_->store->get(key);
+    return std::string(v.begin(), v.end());
+  } catch (const std::exception&) {
+    return "";
+  }
 }
 
 void ProcessGroup::send(const torch::Tensor& tensor, int dst, int tag) {
