@@ -44,10 +44,10 @@ int main(int argc, char** argv) try {
   stalepipe::FitHooks callbacks;
   callbacks.on_epoch = [](const stalepipe::EpochSummary& s) {
     std::printf("epoch %lld: train loss %.4f, accuracy %.4f\n", static_cast<long long>(s.epoch),
-                s.train_loss, s.train_accuracy);
+                s.train_loss, s.train_accuracy.value_or(0));
   };
   trainer.fit(*train, epochs, callbacks);
-  std::printf("test accuracy %.4f\n", trainer.evaluate(*test).accuracy);
+  std::printf("test accuracy %.4f\n", trainer.evaluate(*test).accuracy.value_or(0));
   return 0;
 } catch (const std::exception& e) {
   std::fprintf(stderr, "custom_cnn: %s\n", e.what());

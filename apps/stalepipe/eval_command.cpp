@@ -12,8 +12,9 @@ Command add_eval(CLI::App& app) {
   app.add_option("--run", *run, "run directory written by train --out")->required();
   app.add_option("--threads", *threads, "intra-op threads (0: all cores)");
   return [run, threads]() {
-    const auto [loss, accuracy] = train::evaluate_run(*run, *threads);
-    std::printf("test_loss %.6f\ntest_accuracy %.4f\n", loss, accuracy);
+    const EvalResult result = train::evaluate_run(*run, *threads);
+    std::printf("test_loss %.6f\n", result.loss);
+    if (result.accuracy) std::printf("test_accuracy %.4f\n", *result.accuracy);
     return 0;
   };
 }

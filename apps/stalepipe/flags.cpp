@@ -43,7 +43,9 @@ const std::pair<const char*, const char*> kFlags[] = {
     {"OptimizerOptions::weight_prediction", "--weight-prediction"},
     {"OptimizerOptions::spike_compensation", "--spike-compensation"},
     {"OptimizerOptions::fixed_weight_norm", "--fixed-weight-norm"},
+    {"OptimizerOptions::loss", "--loss"},
     {"RunOptions::model", "--model"},
+    {"RunOptions::dropout", "--dropout"},
     {"RunOptions::epochs", "--epochs"},
     {"RunOptions::max_steps", "--max-steps"},
     {"RunOptions::stop_at_step", "--stop-at-step"},
@@ -100,8 +102,10 @@ void add_option_flags(CLI::App& app, Options& o, TrainFlags& text) {
   text.balance = partition::to_string(p.balance());
   text.executor = exec::to_string(p.executor());
   text.lr_schedule = optim::to_string(z.lr_schedule());
+  text.loss = z.loss().name();
   text.progress = to_string(r.progress());
   app.add_option("--model", r.model(), "lenet5 | alexnet | vgg16 | resnet<6n+2> (resnet20, resnet56, ...)")->capture_default_str();
+  app.add_option("--dropout", r.dropout(), "alexnet, vgg16: dropout probability before each hidden fc layer (0: none)")->capture_default_str();
   app.add_option("--data", d.dataset(), "fashion-mnist[:DIR] | mnist:DIR | kmnist:DIR | cifar10:DIR | synthetic[:N]")->capture_default_str();
   app.add_option("--epochs", r.epochs(), "training epochs")->capture_default_str();
   app.add_option("--max-steps", r.max_steps(), "end after this many mini-batches (0: no limit)")->capture_default_str();
@@ -112,6 +116,7 @@ void add_option_flags(CLI::App& app, Options& o, TrainFlags& text) {
   app.add_option("--weight-decay", z.weight_decay(), "L2 weight decay")->capture_default_str();
   app.add_flag("--nesterov", z.nesterov(), "Nesterov momentum");
   app.add_option("--lr-schedule", text.lr_schedule, "constant | step | cosine")->capture_default_str();
+  app.add_option("--loss", text.loss, "cross-entropy | nll (log-probabilities) | mse | l1 | smooth-l1 | bce-with-logits")->capture_default_str();
   app.add_option("--lr-milestones", z.lr_milestones(), "epochs at which the step schedule multiplies lr by --lr-gamma")->delimiter(',');
   app.add_option("--lr-gamma", z.lr_gamma(), "step schedule factor")->capture_default_str();
   app.add_option("--warmup-epochs", z.warmup_epochs(), "linear learning-rate warm-up (may be fractional)")->capture_default_str();
@@ -159,6 +164,7 @@ void apply(const TrainFlags& text, Options& o) {
   o.pipeline().balance(partition::balance_from_name(text.balance));
   o.pipeline().executor(exec::executor_from_name(text.executor));
   o.optimizer().lr_schedule(optim::lr_schedule_from_name(text.lr_schedule));
+  o.optimizer().loss(exec::Loss(text.loss));
   o.run().progress(progress_from_name(text.progress));
 }
 

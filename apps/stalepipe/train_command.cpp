@@ -37,7 +37,11 @@ Command add_train(CLI::App& app) {
     const auto result = resume->empty() ? train::train(*o, hooks)
                                         : train::resume(*resume, hooks, o->pipeline().group());
     if (result.interrupted) return 130;
-    std::printf("test_accuracy %.4f\n", result.test_accuracy);
+    if (result.test_accuracy) {
+      std::printf("test_accuracy %.4f\n", *result.test_accuracy);
+    } else {
+      std::printf("test_loss %.6f\n", result.test_loss);
+    }
     return 0;
   };
 }

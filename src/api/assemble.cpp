@@ -82,7 +82,9 @@ Assembly assemble(models::Model& model, const Options& options, int64_t steps_pe
   Assembly a = plan_pipeline(model, options, want_profile);
   const OptimizerOptions& o = options.optimizer();
   a.pipeline = std::make_unique<exec::Pipeline>(model, a.plan, a.devices,
-                                                sgd_options(o, steps_per_epoch), o.loss());
+                                                sgd_options(o, steps_per_epoch),
+                                                exec::Objective{o.loss(), o.metric()},
+                                                options.run().seed());
   if (o.fixed_weight_norm() || options.pipeline().hybrid_norm_reset()) {
     int invariant = 0;
     for (auto* stage : a.pipeline->stages()) invariant += stage->optimizer().scale_invariant_count();

@@ -55,6 +55,7 @@ PipelineTrainer::Segment PipelineTrainer::run_fit_segment(BatchSource& source, i
     totals_.loss_sum += s.loss * static_cast<double>(s.samples);
     totals_.correct += s.correct;
     totals_.samples += s.samples;
+    totals_.scored += s.scored;
     if (hooks.on_step) hooks.on_step(s);
   };
   context.stop = hooks.stop;
@@ -139,7 +140,7 @@ FitResult PipelineTrainer::run_epochs(BatchSource& train, BatchSource* test, int
 
 EpochSummary PipelineTrainer::finish_epoch(BatchSource* test) {
   std::vector<double> t{totals_.loss_sum, static_cast<double>(totals_.correct),
-                        static_cast<double>(totals_.samples)};
+                        static_cast<double>(totals_.samples), static_cast<double>(totals_.scored)};
   group_->share_from_last(t);  // with processes the losses arrive at the last rank only
   EpochSummary m;
   m.epoch = ++epochs_done_;
@@ -147,7 +148,7 @@ EpochSummary PipelineTrainer::finish_epoch(BatchSource* test) {
   m.lr = lr_(std::max<int64_t>(epoch_begin_, next_step_ - 1));
   m.samples = static_cast<int64_t>(t[2]);
   m.train_loss = t[2] > 0 ? t[0] / t[2] : 0;
-  m.train_accuracy = t[2] > 0 ? t[1] / t[2] : 0;
+  if (t[3] > 0) m.train_accuracy = t[1] / t[3];
   m.images_per_second = totals_.seconds > 0 ? t[2] / totals_.seconds : 0;
   m.wall_seconds = wall_seconds_;
   if (test) {

@@ -43,6 +43,7 @@ void check_run(const RunOptions& o) {
   SP_CHECK_ARG(o.stop_at_step() >= 0, "RunOptions::stop_at_step must be >= 0, got ", o.stop_at_step());
   SP_CHECK_ARG(o.checkpoint_every() >= 0, "RunOptions::checkpoint_every must be >= 0, got ",
                o.checkpoint_every());
+  SP_CHECK_ARG(o.dropout() >= 0 && o.dropout() < 1, "RunOptions::dropout must be in [0, 1), got ", o.dropout());
 }
 
 void check_optimizer(const OptimizerOptions& o) {
@@ -57,7 +58,6 @@ void check_optimizer(const OptimizerOptions& o) {
                "OptimizerOptions::delay_lr_anneal_epochs needs delay_aware_lr");
   SP_CHECK_ARG(!o.weight_prediction() || o.momentum() > 0,
                "OptimizerOptions::weight_prediction extrapolates along the momentum; it needs momentum > 0");
-  SP_CHECK_ARG(o.loss() != nullptr, "OptimizerOptions::loss must be set");
 }
 
 void check_pipeline(const PipelineOptions& o, int64_t batch_size) {

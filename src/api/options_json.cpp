@@ -37,6 +37,18 @@ struct DevicesText {
     d = devices_from_text(j.get<std::string>(), field);
   }
 };
+// A loss by its name; a function of the caller's is written as its name ("custom"), which a
+// later read refuses, naming the field.
+struct LossName {
+  static json write(const exec::Loss& v) { return v.name(); }
+  static void read(const json& j, exec::Loss& v, const std::string& field) {
+    try {
+      v = exec::Loss(j.get<std::string>());
+    } catch (const UsageError& e) {
+      throw UsageError(field + ": " + e.what());
+    }
+  }
+};
 // Enums by name.
 struct Name {
   template <typename E>
@@ -74,7 +86,8 @@ struct Name {
   X(optimizer, fixed_weight_norm, "fixed_weight_norm", Plain)                                    \
   X(pipeline, hybrid_norm_reset, "hybrid_norm_reset", Plain)                                     \
   X(run, stop_at_step, "stop_at_step", Plain) X(pipeline, profile_batch, "profile_batch", Plain) \
-  X(pipeline, segment_steps, "segment_steps", Plain)
+  X(pipeline, segment_steps, "segment_steps", Plain) X(run, dropout, "dropout", Plain)         \
+  X(optimizer, loss, "loss", LossName)
 
 // What does not change the trained weights.
 const char* const kNotHashed[] = {"out", "progress", "executor", "threads", "devices", "trace",
@@ -83,7 +96,7 @@ const char* const kNotHashed[] = {"out", "progress", "executor", "threads", "dev
 // keep their hash.
 const char* const kHashedWhenSet[] = {"micro_batches", "delay_aware_lr", "delay_lr_anneal_epochs",
                                       "weight_prediction", "spike_compensation", "fixed_weight_norm",
-                                      "hybrid_norm_reset", "segment_steps"};
+                                      "hybrid_norm_reset", "segment_steps", "dropout", "loss"};
 // Not in the files of 0.2 (the legacy hash's JSON).
 const char* const kNewIn03[] = {"stop_at_step", "profile_batch", "segment_steps"};
 

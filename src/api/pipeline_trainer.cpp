@@ -199,28 +199,30 @@ EvalResult PipelineTrainer::evaluate(BatchSource& test) {
   check_drained("evaluate");
   torch::NoGradGuard no_grad;
   at::set_num_threads(resolved_threads(options_.pipeline()));
-  double sums[3] = {0, 0, 0};  // loss x samples, correct, samples
+  double sums[4] = {0, 0, 0, 0};  // loss x samples, correct, samples, scored
   test.start_epoch(0, 0);
   for (int64_t b = 0;; ++b) {
     // Only the rank that runs partition 1 reads data; the others follow its batch count.
     exec::Input in = group_->owns(0) ? test.next() : exec::Input{};
     const int64_t known = test.batches_per_epoch();
     if (group_->owns(0) ? !in.x.defined() : b >= known) break;
-    auto [out, target] = group_->predict(*pipeline_, in.x, in.labels, b);
+    auto [out, target] = group_->predict(*pipeline_, in.x, in.target, b);
     if (!out.defined()) continue;
-    const double n = static_cast<double>(out.size(0));
+    const double n = static_cast<double>(target.size(0));
     sums[0] += options_.optimizer().loss()(out, target).item<double>() * n;
-    if (out.dim() == 2 && target.dim() == 1 && target.scalar_type() == torch::kLong) {
-      sums[1] += static_cast<double>(out.argmax(1).eq(target).sum().item<int64_t>());
+    if (const auto& metric = options_.optimizer().metric()) {
+      const exec::Score score = metric(out, target);
+      sums[1] += static_cast<double>(score.correct);
+      sums[3] += static_cast<double>(score.scored);
     }
     sums[2] += n;
   }
-  std::vector<double> shared(sums, sums + 3);
+  std::vector<double> shared(sums, sums + 4);
   group_->share_from_last(shared);
   SP_CHECK_ARG(shared[2] > 0, "evaluate: the test data gave no samples");
   EvalResult r;
   r.loss = shared[0] / shared[2];
-  r.accuracy = shared[1] / shared[2];
+  if (shared[3] > 0) r.accuracy = shared[1] / shared[3];
   r.samples = static_cast<int64_t>(shared[2]);
   return r;
 }
@@ -248,11 +250,12 @@ void PipelineTrainer::save(const std::string& dir) {
   info.config_hash = config_hash(options_);
   info.wall_seconds = wall_seconds_;
   std::vector<double> totals{totals_.loss_sum, static_cast<double>(totals_.correct),
-                             static_cast<double>(totals_.samples)};
+                             static_cast<double>(totals_.samples), static_cast<double>(totals_.scored)};
   group_->share_from_last(totals);
   info.epoch_loss_sum = totals[0];
   info.epoch_correct = static_cast<int64_t>(totals[1]);
   info.epoch_samples = static_cast<int64_t>(totals[2]);
+  info.epoch_scored = static_cast<int64_t>(totals[3]);
   info.epoch_seconds = totals_.seconds;
   for (int k = 0; k < K; ++k) {
     if (group_->owns(k)) exec::save_checkpoint_shard(dir, pipeline_->stage(k), k, K, info);
@@ -275,7 +278,7 @@ void PipelineTrainer::load(const std::string& dir) {
   epochs_done_ = info.epochs_done;
   epoch_begin_ = steps_per_epoch_ > 0 ? epochs_done_ * steps_per_epoch_ : info.step;
   wall_seconds_ = info.wall_seconds;
-  totals_ = {info.epoch_loss_sum, info.epoch_seconds, info.epoch_correct, info.epoch_samples};
+  totals_ = {info.epoch_loss_sum, info.epoch_seconds, info.epoch_correct, info.epoch_samples, info.epoch_scored};
   failure_.clear();
 }
 

@@ -23,9 +23,11 @@ Loader::Loader(Dataset data, LoaderOptions options)
       images.sizes(), " on ", images.device()) : std::string("no images"));
   SP_CHECK_ARG(data_.size() >= 1, "data set '", data_.name, "' is empty; the loader needs at "
       "least one sample");
-  SP_CHECK_ARG(labels.defined() && labels.dim() == 1 && labels.scalar_type() == torch::kInt64 &&
-      labels.size(0) == data_.size(), "data set '", data_.name, "': expected int64 labels of shape [",
-      data_.size(), "], found ", labels.defined() ? c10::str(labels.scalar_type(), " ",
+  const bool classes = data_.num_classes > 0;
+  SP_CHECK_ARG(labels.defined() && labels.dim() == (classes ? 1 : 2) &&
+      labels.scalar_type() == (classes ? torch::kInt64 : torch::kFloat) && labels.size(0) == data_.size(),
+      "data set '", data_.name, "': expected ", classes ? "int64 labels of shape [" : "float targets of shape [",
+      data_.size(), classes ? "]" : ", D] (no classes)", ", found ", labels.defined() ? c10::str(labels.scalar_type(), " ",
       labels.sizes()) : std::string("no labels"));
   SP_CHECK_ARG(options_.pad_to() >= 0, "pad_to must be >= 0 (0: no padding), got ",
       options_.pad_to());

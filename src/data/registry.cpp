@@ -15,7 +15,7 @@ namespace {
 
 std::string valid_specs() {
   return "fashion-mnist, fashion-mnist:DIR, mnist:DIR, kmnist:DIR, cifar10:DIR, synthetic, "
-         "synthetic:N";
+         "synthetic:N, synthetic-regression, synthetic-regression:N";
 }
 
 // Parses N of "synthetic:N": digits only, 1..2^32.
@@ -30,10 +30,18 @@ int64_t parse_count(const std::string& spec, const std::string& text) {
   return n;
 }
 
+// A split with each image's mean pixel value (0..1) as its target instead of its class.
+Dataset as_regression(Dataset d) {
+  d.labels = d.images.to(torch::kFloat).mean({1, 2, 3}).div_(255).unsqueeze(1);
+  d.num_classes = 0;
+  d.name = "synthetic-regression" + d.name.substr(d.name.find('/'));
+  return d;
+}
+
 }  // namespace
 
 std::vector<std::string> dataset_names() {
-  return {"fashion-mnist", "mnist", "kmnist", "cifar10", "synthetic"};
+  return {"fashion-mnist", "mnist", "kmnist", "cifar10", "synthetic", "synthetic-regression"};
 }
 
 DataSplit load_dataset(const std::string& spec) {
@@ -42,13 +50,15 @@ DataSplit load_dataset(const std::string& spec) {
   const bool has_arg = colon != std::string::npos;
   const std::string arg = has_arg ? spec.substr(colon + 1) : std::string();
 
-  if (name == "synthetic") {
+  if (name == "synthetic" || name == "synthetic-regression") {
     SyntheticOptions options;
     if (has_arg) {
       const int64_t n = parse_count(spec, arg);
       options.train_size(n).test_size(std::max<int64_t>(1, n / 4));
     }
-    return make_synthetic(options);
+    DataSplit split = make_synthetic(options);
+    if (name == "synthetic") return split;
+    return {as_regression(std::move(split.train)), as_regression(std::move(split.test))};
   }
   if (name == "fashion-mnist" || name == "mnist" || name == "kmnist" || name == "cifar10") {
     std::string dir = arg;

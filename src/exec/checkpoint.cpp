@@ -57,6 +57,7 @@ void write_checkpoint_manifest(const std::string& run_dir, int partitions,
                              {"epoch_loss_sum", info.epoch_loss_sum},
                              {"epoch_correct", info.epoch_correct},
                              {"epoch_samples", info.epoch_samples},
+                             {"epoch_scored", info.epoch_scored},
                              {"epoch_seconds", info.epoch_seconds},
                              {"shards", shards}};
   write_file_atomic(manifest_path(run_dir), manifest.dump(2) + "\n");
@@ -94,6 +95,7 @@ CheckpointInfo read_checkpoint_info(const std::string& run_dir) {
     info.epoch_loss_sum = manifest.at("epoch_loss_sum").get<double>();
     info.epoch_correct = manifest.at("epoch_correct").get<int64_t>();
     info.epoch_samples = manifest.at("epoch_samples").get<int64_t>();
+    info.epoch_scored = manifest.value("epoch_scored", info.epoch_samples);
     info.epoch_seconds = manifest.at("epoch_seconds").get<double>();
     return info;
   } catch (const nlohmann::json::exception& e) {

@@ -35,8 +35,8 @@ class RankGroup : public Group {
                                                   const torch::Tensor& target,
                                                   int64_t index) override {
     auto out = predict_distributed(*group_, pipeline.stage(group_->rank()), x, target, index);
-    if (out.logits.defined()) out.labels = out.labels.to(out.logits.device());
-    return {out.logits, out.labels};
+    if (out.output.defined()) out.target = out.target.to(out.output.device());
+    return {out.output, out.target};
   }
 
  private:

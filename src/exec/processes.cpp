@@ -339,9 +339,9 @@ void ProcessGroup::barrier() {
 
 namespace {
 
-// Tags: 8 per message slot (activation, labels, gradient; header and payload each), a slot
+// Tags: 8 per message slot (activation, target, gradient; header and payload each), a slot
 // being a (step, micro-batch) pair; evaluation batches use a range of their own.
-enum Slot { kActivation = 0, kLabels = 2, kGradient = 4 };
+enum Slot { kActivation = 0, kTarget = 2, kGradient = 4 };
 int eval_tag(int64_t index, Slot slot) {
   return (1 << 29) + static_cast<int>((index % (1 << 24)) * 8 + slot);
 }
@@ -367,16 +367,16 @@ class GroupLinks final : public detail::Links {
     m.stop = in.stop;
     m.tensor = std::move(in.tensor);
     if (!m.stop) {
-      auto labels = group_.recv_tensor(worker - 1, tag(op.step, op.micro, kLabels));
-      m.labels = std::move(labels.tensor);
-      m.batch_samples = labels.aux;
+      auto target = group_.recv_tensor(worker - 1, tag(op.step, op.micro, kTarget));
+      m.target = std::move(target.tensor);
+      m.batch_samples = target.aux;
     }
     return m;
   }
   void send_activation(int worker, detail::Message m) override {
     group_.send_tensor(m.tensor, worker + 1, tag(m.step, m.micro, kActivation), m.step, m.stop);
     if (!m.stop) {
-      group_.send_tensor(m.labels, worker + 1, tag(m.step, m.micro, kLabels), m.step, false,
+      group_.send_tensor(m.target, worker + 1, tag(m.step, m.micro, kTarget), m.step, false,
                          m.batch_samples);
     }
   }
@@ -449,7 +449,7 @@ std::unique_ptr<Executor> make_processes_executor(std::shared_ptr<ProcessGroup> 
 }
 
 DistributedPrediction predict_distributed(ProcessGroup& group, Stage& stage,
-                                          const torch::Tensor& input, const torch::Tensor& labels,
+                                          const torch::Tensor& input, const torch::Tensor& target,
                                           int64_t index) {
   const int r = group.rank();
   const int K = group.size();
@@ -459,11 +459,11 @@ DistributedPrediction predict_distributed(ProcessGroup& group, Stage& stage,
     torch::Tensor y = stage.predict(x);
     if (r + 1 < K) {
       group.send_tensor(y, r + 1, eval_tag(index, kActivation), index);
-      if (r == 0) group.send_tensor(labels, K - 1, eval_tag(index, kLabels), index);
+      if (r == 0) group.send_tensor(target, K - 1, eval_tag(index, kTarget), index);
       return out;
     }
-    out.logits = y;
-    out.labels = r == 0 ? labels : group.recv_tensor(0, eval_tag(index, kLabels)).tensor;
+    out.output = y;
+    out.target = r == 0 ? target : group.recv_tensor(0, eval_tag(index, kTarget)).tensor;
   } catch (...) {
     group.mark_failed();
     throw;

@@ -3,21 +3,17 @@
 #include <optional>
 
 #include <torch/autograd.h>
-#include <torch/nn/functional/loss.h>
 
 #include "stalepipe/common/error.h"
+#include "stalepipe/models/dropout.h"
 #include "stalepipe/models/scale_invariance.h"
 
 namespace stalepipe::exec {
 
-torch::Tensor cross_entropy_loss(const torch::Tensor& output, const torch::Tensor& target) {
-  return torch::nn::functional::cross_entropy(output, target);
-}
-
 Stage::Stage(int index, int num_stages, torch::nn::Sequential module, torch::Device device,
-             optim::SgdOptions sgd, LossFn loss)
+             optim::SgdOptions sgd, Objective objective, uint64_t seed)
     : index_(index), num_stages_(num_stages), module_(std::move(module)), device_(device),
-      loss_(std::move(loss)) {
+      objective_(std::move(objective)), seed_(seed) {
   module_->to(device_);
   module_->train();
   optimizer_ = std::make_unique<optim::Sgd>(module_->parameters(), sgd,
@@ -32,6 +28,21 @@ torch::Tensor Stage::prepare_input(const torch::Tensor& input) const {
 }
 
 namespace {
+
+// splitmix64's finaliser: consecutive inputs give unrelated outputs.
+uint64_t mix(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+// The seed of the random numbers the forward of (partition, step, micro) draws.
+uint64_t forward_seed(uint64_t run_seed, int partition, int64_t step, int micro) {
+  uint64_t h = mix(run_seed + 0x9e3779b97f4a7c15ULL);
+  h = mix(h ^ static_cast<uint64_t>(partition));
+  h = mix(h ^ static_cast<uint64_t>(step));
+  return mix(h ^ static_cast<uint64_t>(micro));
+}
 
 std::vector<torch::Tensor> copy_weights(const std::vector<torch::Tensor>& params) {
   std::vector<torch::Tensor> copies;
@@ -96,6 +107,7 @@ torch::Tensor Stage::forward_with_weights(int64_t step, int micro, Pending& p,
   if (stash_weights_ && restore) {
     p.weights = shared_copy(params);
   }
+  models::RandomScope random(forward_seed(seed_, index_, step, micro));
   return forward();
 }
 
@@ -110,19 +122,24 @@ torch::Tensor Stage::forward(int64_t step, const torch::Tensor& input, int micro
 }
 
 StepLoss Stage::forward_loss(int64_t step, const torch::Tensor& input,
-                             const torch::Tensor& labels, int micro, double loss_scale) {
+                             const torch::Tensor& target, int micro, double loss_scale) {
   SP_CHECK(is_last(), "partition ", index_ + 1, ": forward_loss() on a non-last partition");
   Pending p;
   p.input = prepare_input(input);
-  const torch::Tensor logits =
+  const torch::Tensor output =
       forward_with_weights(step, micro, p, [&] { return module_->forward(p.input); });
-  const torch::Tensor y = labels.to(device_);
-  const torch::Tensor loss = loss_(logits, y);
+  const torch::Tensor y = target.to(device_);
+  const torch::Tensor loss = objective_.loss(output, y);
+  SP_CHECK(loss.numel() == 1, "the loss (", objective_.loss.name(), ") gave ", loss.sizes(),
+           " for output ", output.sizes(), " and target ", y.sizes(), "; a loss must be a scalar");
   p.output = loss_scale == 1.0 ? loss : loss * loss_scale;
   StepLoss result;
   result.loss = loss.item<double>();
-  if (logits.dim() == 2 && y.dim() == 1 && y.scalar_type() == torch::kLong) {
-    result.correct = logits.detach().argmax(1).eq(y).sum().item<int64_t>();
+  if (objective_.metric) {
+    torch::NoGradGuard no_grad;
+    const exec::Score score = objective_.metric(output.detach(), y);
+    result.correct = score.correct;
+    result.scored = score.scored;
   }
   result.samples = y.size(0);
   in_flight_.emplace(Key{step, micro}, std::move(p));

@@ -75,14 +75,14 @@ Message WorkerLoop::next_input(int64_t step, int micro) {
              " samples, fewer than its ", M, " micro-batches");
     if (M == 1) {
       micro_x_ = {std::move(batch.x)};
-      micro_labels_ = {std::move(batch.labels)};
+      micro_target_ = {std::move(batch.target)};
     } else {
       micro_x_ = torch::tensor_split(batch.x, M);
-      micro_labels_ = torch::tensor_split(batch.labels, M);
+      micro_target_ = torch::tensor_split(batch.target, M);
     }
   }
   in.tensor = std::move(micro_x_[micro]);
-  in.labels = std::move(micro_labels_[micro]);
+  in.target = std::move(micro_target_[micro]);
   in.batch_samples = batch_samples_;
   return in;
 }
@@ -97,8 +97,8 @@ void WorkerLoop::forward(int64_t step, int micro) {
     return;
   }
   if (last) {
-    const double share = static_cast<double>(in.labels.size(0)) / static_cast<double>(in.batch_samples);
-    const StepLoss loss = stage_.forward_loss(step, in.tensor, in.labels, micro, share);
+    const double share = static_cast<double>(in.target.size(0)) / static_cast<double>(in.batch_samples);
+    const StepLoss loss = stage_.forward_loss(step, in.tensor, in.target, micro, share);
     // Costs nothing: the loss is on the host already. Stops the run at the first bad step.
     if (!std::isfinite(loss.loss)) {
       throw DivergedError(c10::str("training loss is ", loss.loss));
@@ -106,6 +106,7 @@ void WorkerLoop::forward(int64_t step, int micro) {
     if (micro == 0) step_loss_ = StepLoss();
     step_loss_.loss += loss.loss * static_cast<double>(loss.samples);
     step_loss_.correct += loss.correct;
+    step_loss_.scored += loss.scored;
     step_loss_.samples += loss.samples;
     if (micro == schedule_.micro_batches - 1 && context_.on_step) {
       StepLoss total = step_loss_;
@@ -119,7 +120,7 @@ void WorkerLoop::forward(int64_t step, int micro) {
   out.step = step;
   out.micro = micro;
   out.tensor = stage_.forward(step, in.tensor, micro);
-  out.labels = std::move(in.labels);
+  out.target = std::move(in.target);
   out.batch_samples = in.batch_samples;
   links_.send_activation(worker_, std::move(out));
 }

@@ -17,7 +17,7 @@ struct Message {
   int64_t step = 0;
   int micro = 0;
   torch::Tensor tensor;
-  torch::Tensor labels;       // travels with the activation to the last worker
+  torch::Tensor target;       // travels with the activation to the last worker
   int64_t batch_samples = 0;  // samples in the whole mini-batch (weights a micro-batch's loss)
   bool stop = false;
 };
@@ -71,7 +71,7 @@ class WorkerLoop {
   int64_t current_step_ = -1;
   double op_start_ = 0;  // start of the current op's compute, for context.on_op
   // The first worker's current mini-batch, split into micro-batches.
-  std::vector<torch::Tensor> micro_x_, micro_labels_;
+  std::vector<torch::Tensor> micro_x_, micro_target_;
   int64_t batch_samples_ = 0;
   StepLoss step_loss_;  // the last worker's sum over the micro-batches of the current step
 };

@@ -75,6 +75,7 @@ LinearBlockImpl::LinearBlockImpl(LinearBlockOptions options_) : options(std::mov
 void LinearBlockImpl::reset() {
   SP_CHECK_ARG(!(options.flatten() && options.global_avg_pool()),
                "LinearBlock: choose flatten or global_avg_pool, not both");
+  if (options.dropout() > 0) dropout = register_module("dropout", Dropout(options.dropout()));
   linear = register_module(
       "linear", torch::nn::Linear(options.in_features(), options.out_features()));
 }
@@ -86,6 +87,7 @@ torch::Tensor LinearBlockImpl::forward(torch::Tensor input) {
   } else if (options.flatten()) {
     x = x.flatten(1);  // a view of the input: fine, nothing below writes to it
   }
+  if (dropout) x = dropout(x);
   x = linear(x);
   if (options.relu()) {
     x = x.relu_();

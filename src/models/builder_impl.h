@@ -32,8 +32,8 @@ inline int64_t shrink(const ModelBuilder& model, int64_t size, int64_t kernel, i
 void init_convs_kaiming(Model& model);
 
 Model make_lenet5(const InputShape& input);
-Model make_alexnet(const InputShape& input);
-Model make_vgg16(const InputShape& input);
+Model make_alexnet(const InputShape& input, double dropout);  // dropout: ZooOptions
+Model make_vgg16(const InputShape& input, double dropout);
 // Throws UsageError unless depth = 6n+2 with n >= 1.
 Model make_resnet_cifar(int64_t depth, const InputShape& input);
 

@@ -7,6 +7,7 @@
 #include <torch/nn/modules/linear.h>
 
 #include "stalepipe/common/error.h"
+#include "stalepipe/models/dropout.h"
 
 namespace stalepipe::models {
 namespace {
@@ -19,6 +20,20 @@ std::string shape_text(const torch::Tensor& t) {
 
 // The first line of a c10::Error: the message without the C++ backtrace.
 std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
+
+// LibTorch's dropout draws from its global generator, which concurrent partitions would share:
+// a unit that is one, or holds one in a Sequential, gets stalepipe's exact dropout instead.
+void make_dropout_exact(const std::string& model, size_t index, Unit& unit) {
+  try {
+    if (auto options = stock_dropout_options(*unit.module.ptr())) {
+      unit.module = torch::nn::AnyModule(Dropout(*options));
+    } else {
+      replace_stock_dropout(*unit.module.ptr(), unit.name);
+    }
+  } catch (const UsageError& e) {
+    throw UsageError(c10::str("model ", model, ": unit ", index + 1, " (", unit.name, "): ", e.what()));
+  }
+}
 
 }  // namespace
 
@@ -77,6 +92,7 @@ Model ModelBuilder::build() const {
   model.name = name_;
   model.input = input_;
   model.units = units_;
+  for (size_t i = 0; i < model.units.size(); ++i) make_dropout_exact(name_, i, model.units[i]);
 
   // Shape check: eval mode and no grad, so batch-norm statistics and autograd stay untouched.
   torch::NoGradGuard no_grad;

@@ -3,7 +3,7 @@
 
 namespace stalepipe::models::detail {
 
-Model make_vgg16(const InputShape& input) {
+Model make_vgg16(const InputShape& input, double dropout) {
   // Output channels of the 13 convs; true where a 2x2 max pool follows.
   struct Layer {
     int64_t channels;
@@ -28,8 +28,9 @@ Model make_vgg16(const InputShape& input) {
     append_unit(model, "conv" + std::to_string(index++), ConvBlock(options), 1);
     in_channels = layer.channels;
   }
-  append_unit(model, "fc1", LinearBlock(LinearBlockOptions(512 * h * w, 512).flatten(true)), 1);
-  append_unit(model, "fc2", LinearBlock(LinearBlockOptions(512, 512)), 1);
+  append_unit(model, "fc1",
+              LinearBlock(LinearBlockOptions(512 * h * w, 512).flatten(true).dropout(dropout)), 1);
+  append_unit(model, "fc2", LinearBlock(LinearBlockOptions(512, 512).dropout(dropout)), 1);
   append_unit(model, "fc3", LinearBlock(LinearBlockOptions(512, input.num_classes).relu(false)),
               1);
   Model built = model.build();

@@ -59,7 +59,14 @@ std::vector<std::string> model_names() {
   return {"lenet5", "alexnet", "vgg16", "resnet<6n+2>"};
 }
 
-Model make_model(const std::string& name, const InputShape& input) {
+bool has_dropout_placement(const std::string& name) { return name == "alexnet" || name == "vgg16"; }
+
+Model make_model(const std::string& name, const InputShape& input, const ZooOptions& options) {
+  SP_CHECK_ARG(options.dropout() >= 0 && options.dropout() < 1, "model ", name,
+               ": dropout must be in [0, 1), got ", options.dropout());
+  SP_CHECK_ARG(options.dropout() == 0 || has_dropout_placement(name), "model ", name,
+               " has no dropout placement (dropout ", options.dropout(),
+               "); alexnet and vgg16 have one, before each hidden fully connected layer");
   SP_CHECK_ARG(input.channels > 0 && input.height > 0 && input.width > 0 &&
                    input.num_classes > 0,
                "model ", name, ": input shape must be positive, got ", input.channels, "x",
@@ -68,10 +75,10 @@ Model make_model(const std::string& name, const InputShape& input) {
     return detail::make_lenet5(input);
   }
   if (name == "alexnet") {
-    return detail::make_alexnet(input);
+    return detail::make_alexnet(input, options.dropout());
   }
   if (name == "vgg16") {
-    return detail::make_vgg16(input);
+    return detail::make_vgg16(input, options.dropout());
   }
   if (name.rfind(kResNetPrefix, 0) == 0) {
     return detail::make_resnet_cifar(parse_resnet_depth(name), input);

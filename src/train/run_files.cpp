@@ -18,12 +18,20 @@ namespace {
 
 std::string in_dir(const std::string& run_dir, const char* name) { return (fs::path(run_dir) / name).string(); }
 
+// Accuracy keys only where the metric scored samples (not for a regression target).
 nlohmann::json metrics_json(const EpochSummary& m) {
-  return {{"epoch", m.epoch},           {"step", m.end_step},
-          {"lr", m.lr},                 {"train_loss", m.train_loss},
-          {"train_accuracy", m.train_accuracy}, {"test_loss", m.test_loss},
-          {"test_accuracy", m.test_accuracy},   {"images_per_second", m.images_per_second},
-          {"wall_seconds", m.wall_seconds}};
+  nlohmann::json j = {{"epoch", m.epoch}, {"step", m.end_step}, {"lr", m.lr}, {"train_loss", m.train_loss}};
+  if (m.train_accuracy) j["train_accuracy"] = *m.train_accuracy;
+  if (m.evaluated) j["test_loss"] = m.test_loss;
+  if (m.test_accuracy) j["test_accuracy"] = *m.test_accuracy;
+  j["images_per_second"] = m.images_per_second;
+  j["wall_seconds"] = m.wall_seconds;
+  return j;
+}
+
+std::optional<double> optional_number(const nlohmann::json& j, const char* key) {
+  if (!j.contains(key)) return std::nullopt;
+  return j.at(key).get<double>();
 }
 
 EpochSummary metrics_from_json(const nlohmann::json& j) {
@@ -32,10 +40,10 @@ EpochSummary metrics_from_json(const nlohmann::json& j) {
   m.end_step = j.value("step", int64_t{0});
   m.lr = j.value("lr", 0.0);
   m.train_loss = j.value("train_loss", 0.0);
-  m.train_accuracy = j.value("train_accuracy", 0.0);
-  m.evaluated = j.contains("test_accuracy");
+  m.train_accuracy = optional_number(j, "train_accuracy");
+  m.evaluated = j.contains("test_loss");
   m.test_loss = j.value("test_loss", 0.0);
-  m.test_accuracy = j.value("test_accuracy", 0.0);
+  m.test_accuracy = optional_number(j, "test_accuracy");
   m.images_per_second = j.value("images_per_second", 0.0);
   m.wall_seconds = j.value("wall_seconds", 0.0);
   return m;

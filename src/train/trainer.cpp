@@ -20,6 +20,11 @@ namespace stalepipe::train {
 namespace fs = std::filesystem;
 namespace {
 
+// " acc 0.91" in the progress lines, nothing where there is no accuracy.
+std::string accuracy_text(const std::optional<double>& accuracy) {
+  return accuracy ? c10::str(" acc ", *accuracy) : std::string();
+}
+
 // A data::Loader's epochs as the loop's BatchSource, read ahead on a thread.
 class LoaderSource : public BatchSource {
  public:
@@ -52,6 +57,17 @@ struct Run {
   std::unique_ptr<PipelineTrainer> trainer;
 };
 
+// The named losses take either class indices or float targets; say so before training starts.
+void check_loss_fits(const exec::Loss& loss, const data::Dataset& data) {
+  const bool wants_classes = loss.name() == "cross-entropy" || loss.name() == "nll";
+  if (loss.name() == "custom" || wants_classes == (data.num_classes > 0)) return;
+  throw UsageError(c10::str("OptimizerOptions::loss ", loss.name(), " needs ",
+                            wants_classes ? "class indices" : "float targets",
+                            " but data set ", data.name, " has ",
+                            wants_classes ? "float regression targets; use mse, l1 or smooth-l1"
+                                          : "class indices; use cross-entropy or nll"));
+}
+
 void build(Run& run) {
   Options& o = run.options;
   check_options(o);  // cheap checks before the data is loaded
@@ -59,6 +75,7 @@ void build(Run& run) {
   run.data = data::load_dataset(d.dataset());
   if (d.train_subset() > 0) run.data.train = run.data.train.subset(d.train_subset());
   if (d.test_subset() > 0) run.data.test = run.data.test.subset(d.test_subset());
+  check_loss_fits(o.optimizer().loss(), run.data.train);
   auto loader_options = data::LoaderOptions()
                             .batch_size(d.batch_size())
                             .shuffle(true)
@@ -82,9 +99,11 @@ void build(Run& run) {
   input.channels = shape[0];
   input.height = shape[1];
   input.width = shape[2];
-  input.num_classes = run.data.train.num_classes;
+  // The network's output width: the classes, or the regression target's width.
+  const data::Dataset& train = run.data.train;
+  input.num_classes = train.num_classes > 0 ? train.num_classes : train.labels.size(1);
   torch::manual_seed(o.run().seed());
-  auto model = models::make_model(o.run().model(), input);
+  auto model = models::make_model(o.run().model(), input, models::ZooOptions().dropout(o.run().dropout()));
   run.trainer = std::make_unique<PipelineTrainer>(std::move(model), o, run.train_loader->batches_per_epoch());
   // config.json records the cut that was chosen, so that a resumed run keeps it.
   o.pipeline().ppv(run.trainer->plan().ppv);
@@ -127,7 +146,7 @@ nlohmann::json summary_json(Run& run, const TrainResult& r) {
   nlohmann::json s = {{"model", o.run().model()}, {"dataset", o.data().dataset()},
                       {"epochs", planned_epochs(run)},
                       {"steps", r.steps}, {"seed", o.run().seed()},
-                      {"test_accuracy", r.test_accuracy}, {"test_loss", r.test_loss},
+                      {"test_loss", r.test_loss},
                       {"train_loss", r.train_loss}, {"images_per_second", r.images_per_second},
                       {"wall_seconds", r.wall_seconds}, {"peak_rss_mb", peak_rss_mb()},
                       {"ppv", partition::format_ppv(r.info.ppv)}, {"partitions", r.info.units.size()},
@@ -141,6 +160,7 @@ nlohmann::json summary_json(Run& run, const TrainResult& r) {
                       {"stale_weight_percent", r.info.stale_weight_percent},
                       {"config_hash", config_hash(o)}};
   s.update(staleness_json(r.info));
+  if (r.test_accuracy) s["test_accuracy"] = *r.test_accuracy;
   return s;
 }
 
@@ -197,8 +217,8 @@ TrainResult run_training(Run& run, bool resumed, const TrainHooks& hooks) {
     result.epochs.push_back(m);
     if (!out.empty() && leader) append_metrics(out, m);
     log(c10::str("epoch ", m.epoch, "/", epochs, "  step ", m.end_step, "  lr ", m.lr,
-                 "  train loss ", m.train_loss, " acc ", m.train_accuracy, "  test loss ", m.test_loss,
-                 " acc ", m.test_accuracy, "  ", static_cast<int64_t>(m.images_per_second), " img/s"));
+                 "  train loss ", m.train_loss, accuracy_text(m.train_accuracy), "  test loss ", m.test_loss,
+                 accuracy_text(m.test_accuracy), "  ", static_cast<int64_t>(m.images_per_second), " img/s"));
   };
   fit.on_checkpoint = [&](int64_t step) {
     if (out.empty()) return;
@@ -241,7 +261,8 @@ TrainResult conclude(Run& run, TrainResult result, const FitResult& fitted,
   }
   result.parameters = t.parameters();
   if (!out.empty() && t.group().leader()) write_summary(out, summary_json(run, result));
-  log(c10::str("done: test accuracy ", result.test_accuracy, ", ", static_cast<int64_t>(result.images_per_second),
+  log(c10::str("done: test", result.test_accuracy ? c10::str(" accuracy ", *result.test_accuracy) : c10::str(" loss ", result.test_loss),
+               ", ", static_cast<int64_t>(result.images_per_second),
                " img/s, ", result.wall_seconds, " s training", out.empty() ? "" : ", results in " + out));
   return result;
 }
@@ -278,7 +299,7 @@ TrainResult resume(const std::string& run_dir, const TrainHooks& hooks, const ex
   return run_training(run, true, hooks);
 }
 
-std::pair<double, double> evaluate_run(const std::string& run_dir, int threads) {
+EvalResult evaluate_run(const std::string& run_dir, int threads) {
   Run run;
   run.options = read_run_config(run_dir);
   run.options.pipeline().executor(ExecutorKind::kEmulated);  // every partition here
@@ -286,8 +307,7 @@ std::pair<double, double> evaluate_run(const std::string& run_dir, int threads) 
   build(run);
   run.trainer->load(run_dir);
   LoaderSource test(*run.test_loader);
-  const EvalResult e = run.trainer->evaluate(test);
-  return {e.loss, e.accuracy};
+  return run.trainer->evaluate(test);
 }
 
 }  // namespace stalepipe::train

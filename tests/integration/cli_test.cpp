@@ -56,6 +56,55 @@ TEST(Cli, UsageErrorsExitTwo) {
   expect_one_line_error(run_cli(with(kSmallRun, {"--schedule", "pipedream"})), 2, "expected stale, sequential, hybrid, gpipe or 1f1b-stash");
 }
 
+TEST(Cli, DropoutAndLossErrorsNameTheFlag) {
+  expect_one_line_error(run_cli(with(kSmallRun, {"--dropout", "0.5"})), 2,
+                        "model lenet5 has no dropout placement (dropout 0.5); alexnet and vgg16 have one");
+  expect_one_line_error(run_cli(with(kSmallRun, {"--model", "alexnet", "--dropout", "1"})), 2,
+                        "--dropout must be in [0, 1), got 1");
+  expect_one_line_error(run_cli(with(kSmallRun, {"--loss", "hinge"})), 2,
+                        "--loss 'hinge' is not a loss stalepipe knows by name; expected cross-entropy, nll, mse");
+  expect_one_line_error(run_cli(with(kSmallRun, {"--loss", "mse"})), 2,
+                        "--loss mse needs float targets but data set synthetic/train has class indices");
+  expect_one_line_error(run_cli(with(kSmallRun, {"--data", "synthetic-regression:64"})), 2,
+                        "--loss cross-entropy needs class indices but data set synthetic-regression/train has float "
+                        "regression targets; use mse");
+}
+
+TEST(Cli, LayersStatesTheDropoutDefault) {
+  const auto r = run_cli({"layers", "--model", "alexnet"});
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("dropout: p = 0 before fc1 and fc2 (--dropout; default 0: none)"), std::string::npos) << r.out;
+  const auto with_dropout = run_cli({"layers", "--model", "vgg16", "--dropout", "0.5"});
+  EXPECT_NE(with_dropout.out.find("dropout: p = 0.5 before fc1 and fc2"), std::string::npos) << with_dropout.out;
+}
+
+// A regression run: MSE on float targets; its metrics and summary carry losses, no accuracy.
+TEST(Cli, RegressionMetricsHaveNoAccuracy) {
+  TempDir dir;
+  const auto r = run_cli({"train", "--data", "synthetic-regression:128", "--loss", "mse", "--batch-size", "16",
+                          "--epochs", "2", "--pipeline", "2", "--threads", "2", "--lr", "0.01",
+                          "--progress", "none", "--out", dir.path()});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("test_loss "), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("accuracy"), std::string::npos) << r.out;
+  std::ifstream metrics(dir.path() + "/metrics.jsonl");
+  int lines = 0;
+  for (std::string line; std::getline(metrics, line); ++lines) {
+    const auto j = nlohmann::json::parse(line);
+    EXPECT_TRUE(j.contains("train_loss") && j.contains("test_loss")) << line;
+    EXPECT_FALSE(j.contains("train_accuracy") || j.contains("test_accuracy")) << line;
+  }
+  EXPECT_EQ(lines, 2);
+  std::ifstream in(dir.path() + "/summary.json");
+  const auto summary = nlohmann::json::parse(in);
+  EXPECT_FALSE(summary.contains("test_accuracy"));
+  EXPECT_TRUE(summary.contains("test_loss"));
+  const auto eval = run_cli({"eval", "--run", dir.path()});
+  EXPECT_EQ(eval.status, 0) << eval.err;
+  EXPECT_NE(eval.out.find("test_loss "), std::string::npos);
+  EXPECT_EQ(eval.out.find("test_accuracy"), std::string::npos);
+}
+
 TEST(Cli, NormMitigationsNeedABatchNormModelAndTheHybridSchedule) {
   expect_one_line_error(run_cli(with(kSmallRun, {"--fixed-weight-norm"})), 2,
                         "--fixed-weight-norm: model lenet5 has no bias-free conv or linear layer followed by a batch norm");
@@ -206,10 +255,11 @@ nlohmann::json summary(const std::string& dir) {
   return nlohmann::json::parse(std::ifstream(dir + "/summary.json"));
 }
 
-TEST(Cli, KilledRunResumesToTheSameResult) {
+// kill -9 after the first checkpoint, then --resume: the same summary as an uninterrupted run.
+void expect_killed_run_resumes_to_the_same_result(const std::vector<std::string>& run) {
   TempDir whole, killed;
-  ASSERT_EQ(run_cli(with(kSmallRun, {"--out", whole.path()})).status, 0);
-  const pid_t pid = start_cli(with(kSmallRun, {"--out", killed.path()}), killed.path() + "/o", killed.path() + "/e");
+  ASSERT_EQ(run_cli(with(run, {"--out", whole.path()})).status, 0);
+  const pid_t pid = start_cli(with(run, {"--out", killed.path()}), killed.path() + "/o", killed.path() + "/e");
   wait_for_checkpoint(killed.path());
   kill(pid, SIGKILL);
   wait_cli(pid);
@@ -223,6 +273,15 @@ TEST(Cli, KilledRunResumesToTheSameResult) {
   char expected[64];
   std::snprintf(expected, sizeof expected, "test_accuracy %.4f", summary(whole.path())["test_accuracy"].get<double>());
   EXPECT_NE(eval.out.find(expected), std::string::npos) << eval.out;
+}
+
+TEST(Cli, KilledRunResumesToTheSameResult) { expect_killed_run_resumes_to_the_same_result(kSmallRun); }
+
+// Dropout masks come from (seed, partition, step): a resumed run draws the ones it would have.
+TEST(Cli, KilledRunWithDropoutResumesToTheSameResult) {
+  expect_killed_run_resumes_to_the_same_result(
+      with(kSmallRun, {"--model", "alexnet", "--dropout", "0.5", "--pipeline", "3,6", "--threads", "3",
+                       "--data", "synthetic:128", "--test-subset", "32"}));
 }
 
 TEST(Cli, InterruptDrainsAndCheckpoints) {

@@ -42,19 +42,20 @@ int free_port() {
   return ntohs(addr.sin_port);
 }
 
-// Starts the CLI with `args`, extra environment `env` ("K=V"), output to `log`.
+// Starts `binary` (the CLI by default) with `args`, extra environment `env` ("K=V"), output
+// to `log`.
 pid_t spawn(const std::vector<std::string>& args, const std::vector<std::string>& env,
-            const std::string& log) {
+            const std::string& log, const char* binary = STALEPIPE_BINARY) {
   const pid_t pid = ::fork();
   if (pid == 0) {
     const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     ::dup2(fd, 1);
     ::dup2(fd, 2);
     for (const auto& e : env) ::putenv(::strdup(e.c_str()));
-    std::vector<char*> argv{const_cast<char*>(STALEPIPE_BINARY)};
+    std::vector<char*> argv{const_cast<char*>(binary)};
     for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
     argv.push_back(nullptr);
-    ::execv(STALEPIPE_BINARY, argv.data());
+    ::execv(binary, argv.data());
     ::_exit(127);
   }
   return pid;
@@ -410,6 +411,52 @@ TEST(OneLoop, WeightsEqualThoseOfTheCodeBeforeBitForBit) {
     }
   }
 }
+
+
+#ifdef STALEPIPE_MNIST_EXAMPLE
+// "test_accuracy ..." and "partition k weights_digest ..." lines of examples/mnist_dropout.
+std::vector<std::string> result_lines(const std::string& log) {
+  std::vector<std::string> lines;
+  std::istringstream in(slurp(log));
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("test_accuracy", 0) == 0 || line.rfind("partition", 0) == 0) lines.push_back(line);
+  }
+  return lines;
+}
+
+// The MNIST example's port (dropout, NLL loss, 3 partitions): the same weights on every executor.
+TEST(Processes, TheMnistDropoutExampleIsBitIdenticalOnEveryExecutorAndRepeat) {
+  TempDir dir;
+  const std::vector<std::string> args{"--data", "synthetic:384", "--epochs", "1", "--seed", "3"};
+  auto run = [&](const std::string& executor, const std::string& log) {
+    auto a = args;
+    a.insert(a.end(), {"--executor", executor});
+    EXPECT_EQ(wait_for(spawn(a, {}, log, STALEPIPE_MNIST_EXAMPLE), 120), 0) << slurp(log);
+    return result_lines(log);
+  };
+  const auto emulated = run("emulated", dir.path() + "/emulated.log");
+  ASSERT_EQ(emulated.size(), 4u) << slurp(dir.path() + "/emulated.log");
+  EXPECT_EQ(run("threads", dir.path() + "/threads1.log"), emulated);
+  EXPECT_EQ(run("threads", dir.path() + "/threads2.log"), emulated);
+
+  std::vector<pid_t> ranks;
+  const std::string port = std::to_string(free_port());
+  for (int r = 0; r < 3; ++r) {
+    auto a = args;
+    a.insert(a.end(), {"--executor", "processes"});
+    ranks.push_back(spawn(a, {"RANK=" + std::to_string(r), "WORLD_SIZE=3", "MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + port},
+                          dir.path() + "/rank" + std::to_string(r) + ".log", STALEPIPE_MNIST_EXAMPLE));
+  }
+  for (int r = 0; r < 3; ++r) {
+    const std::string log = dir.path() + "/rank" + std::to_string(r) + ".log";
+    ASSERT_EQ(wait_for(ranks[r], 120), 0) << slurp(log);
+    const auto lines = result_lines(log);
+    ASSERT_EQ(lines.size(), 2u) << slurp(log);
+    EXPECT_EQ(lines[0], emulated[0]) << "rank " << r;  // the shared test accuracy
+    EXPECT_EQ(lines[1], emulated[1 + r]) << "rank " << r << " trains partition " << r + 1;
+  }
+}
+#endif
 
 }  // namespace
 }  // namespace stalepipe::test

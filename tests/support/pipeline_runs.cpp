@@ -104,7 +104,7 @@ std::vector<torch::Tensor> run_reference(const RunSpec& spec) {
   for (int64_t t = first; t < spec.steps; ++t) {
     const auto in = input_at(loader, t);
     sgd.zero_grad();
-    torch::nn::functional::cross_entropy(net->forward(in.x), in.labels).backward();
+    torch::nn::functional::cross_entropy(net->forward(in.x), in.target).backward();
     sgd.step();
   }
   std::vector<torch::Tensor> out;

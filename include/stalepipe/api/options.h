@@ -25,6 +25,7 @@
 #include <torch/types.h>
 
 #include "stalepipe/exec/executor.h"
+#include "stalepipe/exec/loss.h"
 #include "stalepipe/exec/processes.h"
 #include "stalepipe/exec/stage.h"
 #include "stalepipe/optim/lr_schedule.h"
@@ -121,14 +122,20 @@ struct OptimizerOptions {
   TORCH_ARG(bool, weight_prediction) = false;     // forwards extrapolate D updates ahead
   TORCH_ARG(bool, spike_compensation) = false;    // momentum spike compensation
   TORCH_ARG(bool, fixed_weight_norm) = false;     // BN-fed weights keep their initial norm
-  // Training loss of the last partition: scalar from (output, target). Default: mean
-  // cross-entropy of logits [B, classes] against class indices [B].
-  TORCH_ARG(exec::LossFn, loss) = exec::cross_entropy_loss;
+  // Training loss of the last partition: scalar from (output, target); a name (exec/loss.h:
+  // "cross-entropy", "nll", "mse", ...) or any function. Default: mean cross-entropy of
+  // logits [B, classes] against class indices [B].
+  TORCH_ARG(exec::Loss, loss) = {};
+  // What counts as correct (train and test accuracy); by default top-1 where the target is
+  // class indices. Where it scores no sample, no accuracy is reported. Not stored in config.json.
+  TORCH_ARG(exec::MetricFn, metric) = exec::top1_accuracy;
 };
 
 // The run around the loop: what model, how long, where its files go.
 struct RunOptions {
   TORCH_ARG(std::string, model) = "lenet5";  // zoo name (train/ only; the API takes a Model)
+  // Zoo networks with a dropout placement (models/zoo.h, ZooOptions): its probability; 0: none.
+  TORCH_ARG(double, dropout) = 0;
   TORCH_ARG(int64_t, epochs) = 10;
   TORCH_ARG(int64_t, max_steps) = 0;         // end after this many mini-batches; 0 = no limit
   // Stop as if interrupted (drain, checkpoint, resumable) once this many mini-batches are

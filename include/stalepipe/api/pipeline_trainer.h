@@ -73,18 +73,19 @@ struct EpochSummary {
   int64_t end_step = 0;       // global steps done after this epoch
   double lr = 0;              // learning rate of the epoch's last step
   double train_loss = 0;      // sample-weighted mean over the epoch
-  double train_accuracy = 0;  // 0..1
+  // 0..1 over the samples the metric scored (OptimizerOptions::metric); none if it scored none
+  std::optional<double> train_accuracy;
   int64_t samples = 0;
   bool evaluated = false;     // test_* hold the evaluation of this epoch's weights
   double test_loss = 0;
-  double test_accuracy = 0;
+  std::optional<double> test_accuracy;
   double images_per_second = 0;  // training images / training seconds of this epoch
   double wall_seconds = 0;       // training seconds since the run began (evaluation excluded)
 };
 
 struct EvalResult {
-  double loss = 0;      // sample-weighted mean of the loss function
-  double accuracy = 0;  // 0..1
+  double loss = 0;                  // sample-weighted mean of the loss function
+  std::optional<double> accuracy;   // 0..1 where the metric scored samples (EpochSummary)
   int64_t samples = 0;
 };
 
@@ -185,8 +186,9 @@ class PipelineTrainer {
   int64_t in_flight() const { return next_step_ - returned_; }  // fed, loss not yet returned
 
   // --- Evaluation -------------------------------------------------------------------------
-  // Loss (options.optimizer().loss) and top-1 accuracy over a pass of `test` with the current
-  // weights, batch-norm in eval mode, no gradients; on every rank with processes.
+  // Loss (options.optimizer().loss) and accuracy (options.optimizer().metric, where it scores
+  // samples) over a pass of `test` with the current weights, batch-norm in eval mode, no
+  // gradients; on every rank with processes.
   EvalResult evaluate(BatchSource& test);
   template <typename Loader, typename = std::enable_if_t<!std::is_base_of_v<BatchSource, Loader>>>
   EvalResult evaluate(Loader& loader);
@@ -234,7 +236,7 @@ class PipelineTrainer {
   struct Feeder;
   struct EpochTotals {
     double loss_sum = 0, seconds = 0;
-    int64_t correct = 0, samples = 0;
+    int64_t correct = 0, samples = 0, scored = 0;
   };
   struct Segment {
     int64_t end_step = 0;

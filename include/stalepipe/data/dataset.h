@@ -1,4 +1,5 @@
-// An in-memory image classification data set: the whole split as two CPU tensors.
+// An in-memory image data set: the whole split as two CPU tensors, images and their targets
+// (class indices, or regression targets).
 //
 // Pixels stay uint8 in memory (Fashion-MNIST's 60000 x 784 is 47 MB); the Loader converts
 // each mini-batch to float when it is assembled.
@@ -14,7 +15,9 @@ namespace data {
 
 struct Dataset {
   torch::Tensor images;  // uint8, [N, C, H, W], contiguous, CPU
-  torch::Tensor labels;  // int64, [N], every value in [0, num_classes)
+  // The targets: int64 [N] class indices in [0, num_classes), or, where num_classes is 0,
+  // float32 [N, D] regression targets.
+  torch::Tensor labels;
   int64_t num_classes = 10;
   std::string name;  // e.g. "fashion-mnist/train"; used in messages and logs
 

@@ -7,6 +7,8 @@
 //   cifar10:DIR             CIFAR-10 binary batches in DIR or DIR/cifar-10-batches-bin
 //   synthetic               make_synthetic() with default options (2048 train, 512 test, 1x28x28)
 //   synthetic:N             N train samples and max(1, N/4) test samples
+//   synthetic-regression[:N] the same images, each with a regression target instead of a
+//                           class: its mean pixel value in [0, 1], float [N, 1] (num_classes 0)
 #pragma once
 
 #include <string>

@@ -27,7 +27,7 @@ namespace stalepipe::exec {
 // One mini-batch as the first partition receives it.
 struct Input {
   torch::Tensor x;       // [B, C, H, W] float
-  torch::Tensor labels;  // [B] int64
+  torch::Tensor target;  // [B, ...]: any tensor the loss takes (class indices for the default)
 };
 
 // Everything a segment run needs besides the stages.

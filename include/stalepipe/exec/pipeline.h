@@ -13,10 +13,10 @@ namespace stalepipe::exec {
 
 class Pipeline {
  public:
-  // devices: one per partition (plan.num_partitions()).
+  // devices: one per partition (plan.num_partitions()); seed: the run's (Stage).
   Pipeline(const models::Model& model, const partition::Plan& plan,
            const std::vector<torch::Device>& devices, optim::SgdOptions sgd,
-           LossFn loss = cross_entropy_loss);
+           Objective objective = {}, uint64_t seed = 0);
 
   int num_stages() const { return static_cast<int>(stages_.size()); }
   Stage& stage(int k) { return *stages_[k]; }

@@ -3,7 +3,7 @@
 //
 // Every rank builds the same model and stages; rank r runs only worker r's operation list of
 // the same schedule the other executors run, so the results equal the emulated executor's bit
-// for bit on CPU. Rank 0 reads the data and feeds partition 1; the labels travel with the
+// for bit on CPU. Rank 0 reads the data and feeds partition 1; the target travels with the
 // activations rank by rank to the last partition.
 //
 // Messages: each register value is a fixed-size int64 header (step, stop flag, dtype, shape)
@@ -110,16 +110,16 @@ std::unique_ptr<Executor> make_processes_executor(std::shared_ptr<ProcessGroup> 
 // The training loop's view of the group (exec/group.h): rank r owns partition r.
 std::unique_ptr<Group> make_rank_group(std::shared_ptr<ProcessGroup> group);
 
-// Evaluation forward through the pipeline ranks: rank 0 passes the input batch and its labels,
-// the other ranks undefined tensors. The last rank gets the logits (eval mode, no graph) and
-// the labels (sent straight from rank 0); the others get undefined tensors. `index` numbers
+// Evaluation forward through the pipeline ranks: rank 0 passes the input batch and its target,
+// the other ranks undefined tensors. The last rank gets the output (eval mode, no graph) and
+// the target (sent straight from rank 0); the others get undefined tensors. `index` numbers
 // the batches of one pass (it goes into the message tags).
 struct DistributedPrediction {
-  torch::Tensor logits;
-  torch::Tensor labels;
+  torch::Tensor output;
+  torch::Tensor target;
 };
 DistributedPrediction predict_distributed(ProcessGroup& group, Stage& stage,
-                                          const torch::Tensor& input, const torch::Tensor& labels,
+                                          const torch::Tensor& input, const torch::Tensor& target,
                                           int64_t index);
 
 }  // namespace stalepipe::exec

@@ -32,6 +32,7 @@
 #include <torch/nn/modules/container/sequential.h>
 #include <torch/types.h>
 
+#include "stalepipe/exec/loss.h"
 #include "stalepipe/optim/sgd.h"
 #include "stalepipe/schedule/schedule.h"
 
@@ -42,22 +43,19 @@ namespace stalepipe::exec {
 struct StepLoss {
   int64_t step = 0;     // global mini-batch index (filled in by the worker that reports it)
   double loss = 0;      // the loss function's value
-  int64_t correct = 0;  // top-1 hits (0 unless logits [B, classes] and int64 labels [B])
+  int64_t correct = 0;  // samples the metric counts as correct (Objective::metric)
+  int64_t scored = 0;   // samples the metric scored (0: no accuracy, e.g. a regression target)
   int64_t samples = 0;  // B
 };
-
-// The training loss of the last stage: a scalar from the model output and the targets.
-using LossFn = std::function<torch::Tensor(const torch::Tensor& output, const torch::Tensor& target)>;
-
-// Mean cross-entropy of logits [B, classes] against class indices [B] (the default).
-torch::Tensor cross_entropy_loss(const torch::Tensor& output, const torch::Tensor& target);
 
 class Stage {
  public:
   // index: 0-based partition number; module: the partition's units in order (already built
-  // and initialised); the module is moved to `device`. `loss` is used by the last stage only.
+  // and initialised); the module is moved to `device`. `objective` is used by the last stage
+  // only. seed: the run's seed; every forward draws its random numbers (models/dropout.h) from
+  // a generator seeded from (seed, index, step, micro), so they do not depend on the executor.
   Stage(int index, int num_stages, torch::nn::Sequential module, torch::Device device,
-        optim::SgdOptions sgd, LossFn loss = cross_entropy_loss);
+        optim::SgdOptions sgd, Objective objective = {}, uint64_t seed = 0);
 
   int index() const { return index_; }
   bool is_first() const { return index_ == 0; }
@@ -74,11 +72,10 @@ class Stage {
   // Returns the output, detached: the contents of the pipeline register.
   torch::Tensor forward(int64_t step, const torch::Tensor& input, int micro = 0);
 
-  // Forward of the last stage: output, loss against `labels`, and top-1 accuracy when the
-  // output is [B, classes] and the labels are class indices (otherwise correct = 0). The
-  // backward starts from loss * loss_scale (a micro-batch's share of its mini-batch); the
-  // reported loss is unscaled.
-  StepLoss forward_loss(int64_t step, const torch::Tensor& input, const torch::Tensor& labels,
+  // Forward of the last stage: output, the objective's loss against `target` and its score
+  // (by default top-1 accuracy where the target is class indices). The backward starts from
+  // loss * loss_scale (a micro-batch's share of its mini-batch); the reported loss is unscaled.
+  StepLoss forward_loss(int64_t step, const torch::Tensor& input, const torch::Tensor& target,
                         int micro = 0, double loss_scale = 1.0);
 
   // Backward of (step, micro): from the saved loss (last stage, grad_output undefined) or from
@@ -121,7 +118,8 @@ class Stage {
   torch::nn::Sequential module_;
   torch::Device device_;
   std::unique_ptr<optim::Sgd> optimizer_;
-  LossFn loss_;
+  Objective objective_;
+  uint64_t seed_;
   std::map<Key, Pending> in_flight_;
   std::map<int64_t, int> delay_;      // step -> delay D of its gradient, until its update
   int64_t last_update_step_ = -1;     // updates of all steps up to this one are applied

@@ -20,6 +20,8 @@
 #include <torch/nn/modules/pooling.h>
 #include <torch/nn/pimpl.h>
 
+#include "stalepipe/models/dropout.h"
+
 namespace stalepipe::models {
 
 // A module that can count the FLOPs of its own forward pass.
@@ -73,7 +75,7 @@ class ConvBlockImpl : public torch::nn::Cloneable<ConvBlockImpl>, public FlopCou
 TORCH_MODULE(ConvBlock);
 
 // ---------------------------------------------------------------------------------------------
-// LinearBlock: [global average pool | flatten] -> linear -> [ReLU].
+// LinearBlock: [global average pool | flatten] -> [dropout] -> linear -> [ReLU].
 // Input [N, in_features] or, with flatten, [N, ...] whose trailing dims multiply to
 // in_features, or, with global_avg_pool, [N, in_features, H, W]. Output [N, out_features].
 struct LinearBlockOptions {
@@ -84,6 +86,8 @@ struct LinearBlockOptions {
   TORCH_ARG(bool, flatten) = false;
   TORCH_ARG(bool, global_avg_pool) = false;
   TORCH_ARG(bool, relu) = true;
+  // Dropout of the linear layer's input with this probability (models/dropout.h); 0: none.
+  TORCH_ARG(double, dropout) = 0;
 };
 
 class LinearBlockImpl : public torch::nn::Cloneable<LinearBlockImpl>, public FlopCounted {
@@ -94,6 +98,7 @@ class LinearBlockImpl : public torch::nn::Cloneable<LinearBlockImpl>, public Flo
   double forward_flops(const std::vector<int64_t>& input_shape) const override;
 
   LinearBlockOptions options;
+  Dropout dropout{nullptr};  // only with options.dropout > 0
   torch::nn::Linear linear{nullptr};
 };
 TORCH_MODULE(LinearBlock);

@@ -52,7 +52,7 @@ class RandomScope {
 
  private:
   at::Generator generator_;
-  std::optional<at::Generator> previous_;
+  at::Generator* previous_;  // the enclosing scope's, or null
 };
 
 enum class DropoutKind {
@@ -64,6 +64,8 @@ enum class DropoutKind {
 // "dropout", "dropout2d", "alpha_dropout", "feature_alpha_dropout" (names in messages).
 std::string to_string(DropoutKind kind);
 
+// Call these qualified (stalepipe::models::dropout): unqualified, argument-dependent lookup also
+// finds at::dropout.
 // Dropout of x with probability p (0 <= p < 1; p = 0 or !training returns x) drawn from
 // unit_generator(); the kept values are scaled by 1/(1-p) (alpha kinds: as PyTorch's
 // alpha_dropout). Throws UsageError for p outside [0, 1).

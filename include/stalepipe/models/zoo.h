@@ -9,7 +9,7 @@
 //  lenet5   conv 6@5x5 - relu - maxpool2 | conv 16@5x5 - relu - maxpool2 |
 //           flatten - fc 120 - relu | fc 84 - relu | fc classes.           5 weight layers.
 //           61,706 parameters for 1x32x32 input and 10 classes.
-//  alexnet  The usual CIFAR adaptation (5 conv + 3 fc, ReLU, 3 max pools, no dropout):
+//  alexnet  The usual CIFAR adaptation (5 conv + 3 fc, ReLU, 3 max pools; dropout: ZooOptions):
 //           conv1 64@5x5 stride 2 pad 2 - relu - maxpool2      32x32 -> 16x16 -> 8x8
 //           conv2 192@3x3 pad 1 - relu - maxpool2               8x8 -> 4x4
 //           conv3 384@3x3 pad 1 - relu
@@ -20,7 +20,7 @@
 //           paper's table 9 gives 88.87 MB).
 //  vgg16    13 conv 3x3 pad 1 without bias, each + BatchNorm2d + ReLU; channels
 //           64 64 M 128 128 M 256 256 256 M 512 512 512 M 512 512 512 M (M = maxpool2, ending
-//           at 512x1x1) | flatten - fc 512 - relu | fc 512 - relu | fc classes. No dropout.
+//           at 512x1x1) | flatten - fc 512 - relu | fc 512 - relu | fc classes (dropout: ZooOptions).
 //           16 weight layers; 15,249,354 parameters for 3x32x32 (58.17 MiB; table 9: 58.16).
 //  resnet<D> D = 6n+2, n >= 1 (20, 56, 110, 224, 362, ...): He et al. 2016 CIFAR ResNet:
 //           stem conv 16@3x3 + BN + ReLU | 3 stages of n BasicBlocks (16, 32, 64 channels,
@@ -40,15 +40,27 @@
 #include <string>
 #include <vector>
 
+#include <torch/arg.h>
+
 #include "stalepipe/models/model.h"
 
 namespace stalepipe::models {
 
+// Variations of the zoo's networks.
+struct ZooOptions {
+  // alexnet and vgg16: dropout with this probability before each hidden fully connected layer
+  // (the inputs of fc1 and fc2, the classic placement); 0 (the default): none, as above.
+  TORCH_ARG(double, dropout) = 0;
+};
+
 // Builds a fresh model by name (case-sensitive): "lenet5", "alexnet", "vgg16", "resnet<D>".
 // Throws UsageError for an unknown name (listing the valid ones), a ResNet depth not of the
-// form 6n+2, or an input shape the network cannot take (non-positive sizes, or too small for
-// its pooling).
-Model make_model(const std::string& name, const InputShape& input);
+// form 6n+2, an input shape the network cannot take (non-positive sizes, or too small for
+// its pooling), or a dropout outside [0, 1) or asked of a network without a placement for it.
+Model make_model(const std::string& name, const InputShape& input, const ZooOptions& options = {});
+
+// Whether `name` has a dropout placement (ZooOptions::dropout).
+bool has_dropout_placement(const std::string& name);
 
 // The valid names for help text: {"lenet5", "alexnet", "vgg16", "resnet<6n+2>"}.
 std::vector<std::string> model_names();

@@ -12,6 +12,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -33,7 +34,7 @@ struct TrainResult {
   std::vector<EpochSummary> epochs;  // every epoch of the run (a resumed run: all sittings)
   PipelineInfo info;                 // the cut, its schedule's staleness and, in info.ran, the measured one
   int64_t steps = 0;
-  double test_accuracy = 0;
+  std::optional<double> test_accuracy;  // none where the metric scores no sample
   double test_loss = 0;
   double train_loss = 0;
   double images_per_second = 0;  // this sitting's
@@ -63,7 +64,7 @@ TrainResult resume(const std::string& run_dir, const TrainHooks& hooks = {},
 // The settings of the run in run_dir (its config.json), out set to run_dir.
 Options read_run_config(const std::string& run_dir);
 
-// Evaluates the last checkpoint of run_dir on its test set. Returns {loss, accuracy}.
-std::pair<double, double> evaluate_run(const std::string& run_dir, int threads = 0);
+// Evaluates the last checkpoint of run_dir on its test set.
+EvalResult evaluate_run(const std::string& run_dir, int threads = 0);
 
 }  // namespace stalepipe::train

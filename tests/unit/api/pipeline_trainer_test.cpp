@@ -172,7 +172,7 @@ TEST(PipelineTrainer, FeedEqualsSegmentRunOnEveryExecutor) {
     EXPECT_EQ(lag, 3);  // the emulator's order asks for 2K-2 inputs before the first loss
     std::vector<StepLoss> got;
     for (int64_t t = 0; t < 11; ++t) {
-      const auto loss = stepped.feed(batches[t].x, batches[t].labels);
+      const auto loss = stepped.feed(batches[t].x, batches[t].target);
       ASSERT_EQ(loss.has_value(), t >= lag) << executor << " step " << t;
       if (loss) {
         EXPECT_EQ(loss->step, t - lag);
@@ -200,7 +200,7 @@ TEST(PipelineTrainer, FlushMidwayDrainsLikeTwoSegments) {
   reference.run_segment(4, 9, context);
   PipelineTrainer stepped(user_lenet5(4), options);
   for (int64_t t = 0; t < 9; ++t) {
-    stepped.feed(batches[t].x, batches[t].labels);
+    stepped.feed(batches[t].x, batches[t].target);
     if (t == 3) EXPECT_EQ(stepped.flush().size(), 1u);  // lag 1 for K = 2
   }
   EXPECT_EQ(stepped.finish().size(), 1u);
@@ -211,7 +211,7 @@ TEST(PipelineTrainer, SaveAndLoadRestoreWeightsAndStep) {
   test::TempDir dir;
   const auto batches = synthetic_batches(5);
   PipelineTrainer a(user_lenet5(6), Flat().ppv({2}).threads_per_worker(1));
-  for (const auto& b : batches) a.feed(b.x, b.labels);
+  for (const auto& b : batches) a.feed(b.x, b.target);
   EXPECT_NE(usage_error_of([&] { a.save(dir.path()); }).find("call flush() first"), std::string::npos);
   a.flush();
   a.save(dir.path());
@@ -220,8 +220,8 @@ TEST(PipelineTrainer, SaveAndLoadRestoreWeightsAndStep) {
   EXPECT_EQ(b.step(), 5);
   expect_same(b.parameters(), a.parameters());
   // Momentum buffers came along: one more identical step keeps them equal.
-  a.feed(batches[0].x, batches[0].labels);
-  b.feed(batches[0].x, batches[0].labels);
+  a.feed(batches[0].x, batches[0].target);
+  b.feed(batches[0].x, batches[0].target);
   a.flush();
   b.flush();
   expect_same(b.parameters(), a.parameters());
@@ -259,13 +259,13 @@ TEST(PipelineTrainer, MisuseGivesClearErrors) {
   // A step fed after shutdown.
   PipelineTrainer trainer(user_lenet5(1), Flat().ppv({2}).threads_per_worker(1));
   const auto b = synthetic_batches(1)[0];
-  trainer.feed(b.x, b.labels);
-  std::vector<torch::data::Example<>> test_set{{b.x, b.labels}};
+  trainer.feed(b.x, b.target);
+  std::vector<torch::data::Example<>> test_set{{b.x, b.target}};
   EXPECT_NE(usage_error_of([&] { trainer.evaluate(test_set); })
                 .find("evaluate: 1 mini-batch(es) are in the pipeline; call flush() first"),
             std::string::npos);
   EXPECT_EQ(trainer.finish().size(), 1u);
-  EXPECT_NE(usage_error_of([&] { trainer.feed(b.x, b.labels); }).find("feed: the trainer was finished"),
+  EXPECT_NE(usage_error_of([&] { trainer.feed(b.x, b.target); }).find("feed: the trainer was finished"),
             std::string::npos);
   // An executor asked for an absent device.
   EXPECT_NE(usage_error_of([] {
@@ -312,7 +312,7 @@ TEST(PipelineTrainer, WorkerFailureReachesFeedWithoutHanging) {
   const auto batches = synthetic_batches(12);
   std::string error;
   try {
-    for (const auto& b : batches) trainer.feed(b.x, b.labels);
+    for (const auto& b : batches) trainer.feed(b.x, b.target);
   } catch (const RuntimeError& e) {
     error = e.what();
   }
@@ -320,7 +320,7 @@ TEST(PipelineTrainer, WorkerFailureReachesFeedWithoutHanging) {
   // The failure is sticky: every use but load() names it (a save would count mini-batches
   // that were never trained).
   for (const auto& use : std::vector<std::function<void()>>{
-           [&] { trainer.feed(batches[0].x, batches[0].labels); },
+           [&] { trainer.feed(batches[0].x, batches[0].target); },
            [&] { trainer.save(test::TempDir().path()); },
            [&] { trainer.predict(batches[0].x); }}) {
     try {
@@ -349,7 +349,7 @@ TEST(PipelineTrainer, BalancedPartitionsAndHybridSwitch) {
   reference.run_segment(0, 4, context);
   reference.run_segment(4, 8, context);
   PipelineTrainer stepped(user_lenet5(8), options);
-  for (const auto& b : batches) stepped.feed(b.x, b.labels);
+  for (const auto& b : batches) stepped.feed(b.x, b.target);
   stepped.finish();
   expect_same(stepped.parameters(), reference.parameters());
 }

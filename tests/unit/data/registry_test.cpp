@@ -14,7 +14,8 @@ using test::throws_with;
 
 TEST(RegistryTest, Names) {
   EXPECT_EQ(dataset_names(),
-      (std::vector<std::string>{"fashion-mnist", "mnist", "kmnist", "cifar10", "synthetic"}));
+      (std::vector<std::string>{"fashion-mnist", "mnist", "kmnist", "cifar10", "synthetic",
+                               "synthetic-regression"}));
 }
 
 TEST(RegistryTest, Synthetic) {

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "stalepipe/common/error.h"
+#include "stalepipe/models/dropout.h"
 #include "stalepipe/models/zoo.h"
 
 namespace stalepipe::models {
@@ -227,6 +228,34 @@ TEST(ZooTest, UnitsCloneDeeply) {
   EXPECT_EQ(copy->parameters().size(), model.as_sequential()->parameters().size());
   EXPECT_FALSE(copy->parameters()[0].is_same(model.as_sequential()->parameters()[0]));
   EXPECT_TRUE(torch::equal(copy->parameters()[0], model.as_sequential()->parameters()[0]));
+}
+
+TEST(Zoo, DropoutGoesBeforeEachHiddenFullyConnectedLayerOfAlexNetAndVgg16) {
+  for (const std::string name : {"alexnet", "vgg16"}) {
+    torch::manual_seed(1);
+    const Model plain = make_model(name, InputShape{});
+    torch::manual_seed(1);
+    const Model dropped = make_model(name, InputShape{}, ZooOptions().dropout(0.5));
+    EXPECT_EQ(dropped.num_parameters(), plain.num_parameters()) << name;
+    std::vector<std::string> with_dropout;
+    for (const auto& unit : dropped.units) {
+      for (const auto& m : unit.module.ptr()->modules()) {
+        if (auto* d = m->as<Dropout>()) {
+          EXPECT_EQ(d->options.p(), 0.5);
+          with_dropout.push_back(unit.name);
+        }
+      }
+    }
+    EXPECT_EQ(with_dropout, (std::vector<std::string>{"fc1", "fc2"})) << name;
+    // In eval mode dropout is the identity: the same weights give the same outputs.
+    const auto x = torch::randn({2, 1, 32, 32});
+    auto a = plain.as_sequential(), b = dropped.as_sequential();
+    a->eval();
+    b->eval();
+    EXPECT_TRUE(torch::equal(a->forward(x), b->forward(x))) << name;
+  }
+  EXPECT_THROW(make_model("lenet5", InputShape{}, ZooOptions().dropout(0.5)), UsageError);
+  EXPECT_THROW(make_model("alexnet", InputShape{}, ZooOptions().dropout(1.0)), UsageError);
 }
 
 }  // namespace
