@@ -43,6 +43,7 @@ const std::pair<const char*, const char*> kFlags[] = {
     {"OptimizerOptions::weight_prediction", "--weight-prediction"},
     {"OptimizerOptions::spike_compensation", "--spike-compensation"},
     {"OptimizerOptions::fixed_weight_norm", "--fixed-weight-norm"},
+    {"RunOptions::model_file", "--model-file"},
     {"RunOptions::model", "--model"},
     {"RunOptions::epochs", "--epochs"},
     {"RunOptions::max_steps", "--max-steps"},
@@ -102,6 +103,7 @@ void add_option_flags(CLI::App& app, Options& o, TrainFlags& text) {
   text.lr_schedule = optim::to_string(z.lr_schedule());
   text.progress = to_string(r.progress());
   app.add_option("--model", r.model(), "lenet5 | alexnet | vgg16 | resnet<6n+2> (resnet20, resnet56, ...)")->capture_default_str();
+  app.add_option("--model-file", r.model_file(), "a TorchScript file saved by PyTorch 1.13 (instead of --model): a scripted torch.nn.Sequential, each child a unit; input C x 32 x 32")->capture_default_str();
   app.add_option("--data", d.dataset(), "fashion-mnist[:DIR] | mnist:DIR | kmnist:DIR | cifar10:DIR | synthetic[:N]")->capture_default_str();
   app.add_option("--epochs", r.epochs(), "training epochs")->capture_default_str();
   app.add_option("--max-steps", r.max_steps(), "end after this many mini-batches (0: no limit)")->capture_default_str();

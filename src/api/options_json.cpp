@@ -74,7 +74,7 @@ struct Name {
   X(optimizer, fixed_weight_norm, "fixed_weight_norm", Plain)                                    \
   X(pipeline, hybrid_norm_reset, "hybrid_norm_reset", Plain)                                     \
   X(run, stop_at_step, "stop_at_step", Plain) X(pipeline, profile_batch, "profile_batch", Plain) \
-  X(pipeline, segment_steps, "segment_steps", Plain)
+  X(pipeline, segment_steps, "segment_steps", Plain) X(run, model_file, "model_file", Plain)
 
 // What does not change the trained weights.
 const char* const kNotHashed[] = {"out", "progress", "executor", "threads", "devices", "trace",
@@ -83,9 +83,9 @@ const char* const kNotHashed[] = {"out", "progress", "executor", "threads", "dev
 // keep their hash.
 const char* const kHashedWhenSet[] = {"micro_batches", "delay_aware_lr", "delay_lr_anneal_epochs",
                                       "weight_prediction", "spike_compensation", "fixed_weight_norm",
-                                      "hybrid_norm_reset", "segment_steps"};
+                                      "hybrid_norm_reset", "segment_steps", "model_file"};
 // Not in the files of 0.2 (the legacy hash's JSON).
-const char* const kNewIn03[] = {"stop_at_step", "profile_batch", "segment_steps"};
+const char* const kNewIn03[] = {"stop_at_step", "profile_batch", "segment_steps", "model_file"};
 
 json hashed_json(const Options& options) {
   json j = to_json(options);
