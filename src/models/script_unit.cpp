@@ -51,11 +51,17 @@ std::string flat_name(std::string name) {
 std::string script_error_cause(const std::exception& e) {
   const auto* error = dynamic_cast<const c10::Error*>(&e);
   std::string text = error ? error->what_without_backtrace() : e.what();
-  if (text.rfind("The following operation failed in the TorchScript interpreter", 0) != 0) {
-    return text.substr(0, text.find('\n'));
+  if (text.rfind("The following operation failed in the TorchScript interpreter", 0) == 0) {
+    text.erase(text.find_last_not_of(" \n") + 1);
+    return text.substr(text.rfind('\n') + 1);
   }
-  text.erase(text.find_last_not_of(" \n") + 1);
-  return text.substr(text.rfind('\n') + 1);
+  text = text.substr(0, text.find('\n'));
+  // The archive reader's checks read "[enforce fail at inline_container.cc:165] . <cause>".
+  const std::string enforce = "[enforce fail at ";
+  if (text.rfind(enforce, 0) == 0 && text.find("] . ") != std::string::npos) {
+    text = text.substr(text.find("] . ") + 4);
+  }
+  return text;
 }
 
 ScriptUnitImpl::ScriptUnitImpl(torch::jit::Module script)

@@ -52,7 +52,9 @@ void refuse_random_draws(const torch::jit::Module& module, const std::string& pa
 torch::nn::AnyModule to_unit_module(const torch::jit::Module& module, const std::string& path,
                                     const Origin& origin) {
   if (const auto dropout = detail::script_dropout_options(module)) {
-    return detail::exact_dropout(*dropout);
+    auto exact = detail::exact_dropout(*dropout);
+    exact.ptr()->train(module.is_training());  // a file saved in eval mode keeps it
+    return exact;
   }
   const auto children = module.named_children();
   if (detail::is_torch_nn(script_type_name(module), "Sequential") && children.size() > 0) {
@@ -71,9 +73,9 @@ torch::jit::Module read_script(const std::string& path) {
                ": no such file; expected a TorchScript module saved with torch.jit.save");
   try {
     return torch::jit::load(path, torch::kCPU);
-  } catch (const c10::Error& e) {
+  } catch (const std::exception& e) {  // c10::Error, or the script compiler's ErrorReport
     throw RuntimeError(c10::str(path, ": not a TorchScript module PyTorch 1.13 can read (",
-                                first_line(e.what_without_backtrace()), ")"));
+                                detail::script_error_cause(e), ")"));
   }
 }
 

@@ -1,5 +1,7 @@
 #include "support/script_modules.h"
 
+#include <caffe2/serialize/inline_container.h>
+
 namespace stalepipe::test {
 namespace {
 
@@ -117,6 +119,15 @@ torch::jit::Module script_small_cnn() {
       {script_sequential({script_conv2d(1, 4, 3), script_batch_norm2d(4), script_relu(), script_max_pool2d(2)}),
        script_flatten(),
        script_sequential({script_linear(36, 16), script_relu(), script_linear(16, 3)})});
+}
+
+std::string save_future_archive(const std::string& path) {
+  caffe2::serialize::PyTorchStreamWriter writer(path);
+  writer.setMinVersion(99);
+  const std::string data = "not read";
+  writer.writeRecord("data.pkl", data.data(), data.size());
+  writer.writeEndOfFile();
+  return path;
 }
 
 std::string save_script(torch::jit::Module module, const std::string& path) {

@@ -32,6 +32,10 @@ torch::jit::Module script_module(const std::string& type,
 //   2: Sequential(Linear(36, 16), ReLU, Linear(16, 3))                 -> 3, 2 weight layers
 torch::jit::Module script_small_cnn();
 
+// A TorchScript archive that claims format version 99, as a PyTorch newer than 1.13 might
+// write; returns `path`.
+std::string save_future_archive(const std::string& path);
+
 // Saves `module` to `path` (Module::save, as torch.jit.save does) and returns `path`.
 std::string save_script(torch::jit::Module module, const std::string& path);
 

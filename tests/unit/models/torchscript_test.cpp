@@ -178,6 +178,11 @@ TEST(TorchScript, MissingGarbageAndTruncatedFiles) {
   const std::string truncated = error_of<RuntimeError>([&] { models::load_torchscript(dir.file("truncated.pt"), kInput); });
   EXPECT_NE(truncated.find("truncated.pt: not a TorchScript module"), std::string::npos) << truncated;
   EXPECT_EQ(truncated.find('\n'), std::string::npos) << truncated;
+  const std::string future =
+      error_of<RuntimeError>([&] { models::load_torchscript(test::save_future_archive(dir.file("future.pt")), kInput); });
+  EXPECT_NE(future.find("future.pt: not a TorchScript module PyTorch 1.13 can read (Attempted to read a PyTorch file with version 99"),
+            std::string::npos) << future;
+  EXPECT_EQ(future.find('\n'), std::string::npos) << future;
 }
 
 TEST(TorchScript, RefusesModulesItCannotTrainAsUnits) {
