@@ -1,6 +1,8 @@
 #include "stalepipe/models/torchscript.h"
 
 #include <filesystem>
+#include <utility>
+#include <vector>
 
 #include <torch/nn/modules/dropout.h>
 
@@ -13,8 +15,6 @@ namespace {
 
 using detail::display_type_name;
 using detail::script_type_name;
-
-std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
 
 // Where a scripted module sits, for messages.
 struct Origin {
@@ -93,25 +93,50 @@ void check_no_stock_dropout(const Model& model, const std::string& path) {
   }
 }
 
+// Puts the scripted module and the model's units in eval mode for its lifetime, then gives
+// every unit and every scripted submodule back its own `training` flag (train(bool) would set
+// one flag for all, e.g. unfreeze a batch norm the file keeps in eval mode).
+class EvalScope {
+ public:
+  EvalScope(torch::jit::Module script, const Model* model) : model_(model) {
+    for (const torch::jit::Module& m : script.modules()) {
+      if (m.hasattr("training")) script_flags_.emplace_back(m, m.attr("training").toBool());
+    }
+    if (model_) {
+      for (const Unit& unit : model_->units) unit_flags_.push_back(unit.module.ptr()->is_training());
+      for (const Unit& unit : model_->units) unit.module.ptr()->eval();
+    }
+    script.eval();
+  }
+  ~EvalScope() {
+    for (size_t i = 0; i < unit_flags_.size(); ++i) model_->units[i].module.ptr()->train(unit_flags_[i]);
+    for (auto& [module, training] : script_flags_) module.setattr("training", training);
+  }
+  EvalScope(const EvalScope&) = delete;
+  EvalScope& operator=(const EvalScope&) = delete;
+
+ private:
+  const Model* model_;
+  std::vector<std::pair<torch::jit::Module, bool>> script_flags_;
+  std::vector<bool> unit_flags_;
+};
+
 // The units run in order must compute what the module's own forward computes, or training
 // them would train something else than what save_torchscript writes.
-void check_forward_is_chain(torch::jit::Module& script, Model& model, const std::string& path) {
+void check_forward_is_chain(const torch::jit::Module& script, const Model& model, const std::string& path) {
   torch::NoGradGuard no_grad;
-  const bool training = script.is_training();
-  auto chain = model.as_sequential();
-  chain->eval();
-  const auto x = torch::linspace(-1, 1, 2 * model.input.channels * model.input.height * model.input.width)
-                     .reshape({2, model.input.channels, model.input.height, model.input.width});
+  EvalScope eval(script, &model);
+  const InputShape& in = model.input;
+  const auto x = torch::linspace(-1, 1, 2 * in.channels * in.height * in.width)
+                     .reshape({2, in.channels, in.height, in.width});
   torch::Tensor own;
   try {
-    own = script.forward({x}).toTensor();
+    own = torch::jit::Module(script).forward({x}).toTensor();
   } catch (const std::exception& e) {
-    chain->train(training);
     throw UsageError(c10::str(path, ": the module's own forward fails on the input ", x.sizes(),
                               ": ", detail::script_error_cause(e)));
   }
-  const torch::Tensor units = chain->forward(x);
-  chain->train(training);
+  const torch::Tensor units = model.as_sequential()->forward(x);
   SP_CHECK_ARG(own.sizes() == units.sizes() && torch::allclose(own, units, 1e-5, 1e-6), path,
                ": the module's forward is not its children run in order (its output differs "
                "from theirs); stalepipe trains the children as units, so write the network as "
@@ -149,18 +174,12 @@ void save_torchscript(const Model& model, const std::string& path) {
   SP_CHECK_ARG(model.script != nullptr, "model ", model.name,
                " was not loaded from TorchScript (models::load_torchscript); only such a model "
                "can be saved as TorchScript");
-  // A copy of the handle shares the module: switch it to eval for the file, then back.
-  torch::jit::Module script = *model.script;
-  const bool training = script.is_training();
-  script.eval();
+  EvalScope eval(*model.script, nullptr);  // the file is for inference; the Model keeps its mode
   try {
-    script.save(path);
-  } catch (const c10::Error& e) {
-    script.train(training);
-    throw RuntimeError(c10::str(path, ": cannot write the TorchScript module: ",
-                                first_line(e.what_without_backtrace())));
+    torch::jit::Module(*model.script).save(path);
+  } catch (const std::exception& e) {
+    throw RuntimeError(c10::str(path, ": cannot write the TorchScript module: ", detail::script_error_cause(e)));
   }
-  script.train(training);
 }
 
 }  // namespace stalepipe::models

@@ -95,6 +95,10 @@ TEST(TorchScript, TrainAndEvalSwitchTheScriptedModules) {
   EXPECT_FALSE(bn.is_training());
   chain->train();
   EXPECT_TRUE(bn.is_training());
+  // The file is written in eval mode; the model stays in training mode.
+  models::save_torchscript(model, dir.file("saved.pt"));
+  EXPECT_TRUE(bn.is_training());
+  EXPECT_FALSE(torch::jit::load(dir.file("saved.pt")).attr("0").toModule().attr("1").toModule().is_training());
 }
 
 TEST(TorchScript, LayerTableShowsShapesParametersAndFlops) {
