@@ -4,6 +4,7 @@
 #include <utility>
 #include <vector>
 
+#include <caffe2/serialize/inline_container.h>
 #include <torch/nn/modules/dropout.h>
 
 #include "stalepipe/common/error.h"
@@ -68,12 +69,26 @@ torch::nn::AnyModule to_unit_module(const torch::jit::Module& module, const std:
   return torch::nn::AnyModule(detail::ScriptUnit(module));
 }
 
+// torch.save writes the same zip archive as torch.jit.save, with the pickled data but without
+// the code and constants: the user's mistake (a state dict, a pickled module), not damage.
+bool is_torch_save_archive(const std::string& path) {
+  try {
+    caffe2::serialize::PyTorchStreamReader reader(path);
+    return reader.hasRecord("data.pkl") && !reader.hasRecord("constants.pkl");
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
 torch::jit::Module read_script(const std::string& path) {
   SP_CHECK_ARG(std::filesystem::is_regular_file(path), path,
                ": no such file; expected a TorchScript module saved with torch.jit.save");
   try {
     return torch::jit::load(path, torch::kCPU);
   } catch (const std::exception& e) {  // c10::Error, or the script compiler's ErrorReport
+    SP_CHECK_ARG(!is_torch_save_archive(path), path,
+                 ": holds data saved with torch.save (a state dict, a tensor or a pickled "
+                 "module), not a TorchScript module; save torch.jit.script(net) with torch.jit.save");
     throw RuntimeError(c10::str(path, ": not a TorchScript module PyTorch 1.13 can read (",
                                 detail::script_error_cause(e), ")"));
   }

@@ -88,6 +88,8 @@ TEST(TorchScriptCli, BadFilesAndFlags) {
   expect_one_line_error(run_cli(small_run(dir.file("truncated.pt"))), 1, "truncated.pt: not a TorchScript module");
   expect_one_line_error(run_cli(small_run(save_future_archive(dir.file("future.pt")))), 1,
                         "future.pt: not a TorchScript module PyTorch 1.13 can read (Attempted to read a PyTorch file with version 99");
+  expect_one_line_error(run_cli(small_run(save_torch_save_archive(dir.file("state.pt")))), 2,
+                        "state.pt: holds data saved with torch.save (a state dict, a tensor or a pickled module), not a TorchScript module");
   expect_one_line_error(run_cli(small_run(save_script(script_sequential({}), dir.file("empty.pt")))), 2,
                         "empty.pt: the scripted module has no child modules");
   const std::string misfit = save_script(script_sequential({script_flatten(), script_linear(100, 10)}), dir.file("misfit.pt"));

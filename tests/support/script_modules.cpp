@@ -121,14 +121,22 @@ torch::jit::Module script_small_cnn() {
        script_sequential({script_linear(36, 16), script_relu(), script_linear(16, 3)})});
 }
 
-std::string save_future_archive(const std::string& path) {
+namespace {
+
+std::string save_archive(const std::string& path, uint64_t version) {
   caffe2::serialize::PyTorchStreamWriter writer(path);
-  writer.setMinVersion(99);
+  writer.setMinVersion(version);
   const std::string data = "not read";
   writer.writeRecord("data.pkl", data.data(), data.size());
   writer.writeEndOfFile();
   return path;
 }
+
+}  // namespace
+
+std::string save_future_archive(const std::string& path) { return save_archive(path, 99); }
+
+std::string save_torch_save_archive(const std::string& path) { return save_archive(path, 3); }
 
 std::string save_script(torch::jit::Module module, const std::string& path) {
   module.save(path);

@@ -35,6 +35,8 @@ torch::jit::Module script_small_cnn();
 // A TorchScript archive that claims format version 99, as a PyTorch newer than 1.13 might
 // write; returns `path`.
 std::string save_future_archive(const std::string& path);
+// An archive as Python's torch.save writes it (pickled data, no code); returns `path`.
+std::string save_torch_save_archive(const std::string& path);
 
 // Saves `module` to `path` (Module::save, as torch.jit.save does) and returns `path`.
 std::string save_script(torch::jit::Module module, const std::string& path);

@@ -196,6 +196,9 @@ TEST(TorchScript, RefusesModulesItCannotTrainAsUnits) {
   };
   torch::manual_seed(1);
   EXPECT_NE(load(script_sequential({})).find("m.pt: the scripted module has no child modules"), std::string::npos);
+  const std::string pickled = error_of<UsageError>(
+      [&] { models::load_torchscript(test::save_torch_save_archive(dir.file("state.pt")), kInput); });
+  EXPECT_NE(pickled.find("state.pt: holds data saved with torch.save"), std::string::npos) << pickled;
   // Linear(30) cannot take the 36 features: ModelBuilder's message, prefixed with the file.
   const std::string misfit = load(script_sequential({script_conv2d(1, 4, 3), script_relu(), script_max_pool2d(2),
                                                      script_flatten(), script_linear(30, 3)}));
