@@ -46,10 +46,10 @@
 namespace stalepipe::models {
 
 // Loads the TorchScript file `path` as a Model named after the file's stem. Throws
-//  - UsageError when the file does not exist, holds no child modules, a child draws random
-//    numbers it cannot make exact, the units do not fit together or the input shape
-//    (ModelBuilder::build's checks, prefixed with `path`), or the module's own forward is not
-//    its children in order;
+//  - UsageError when the file does not exist, was written by torch.save instead of
+//    torch.jit.save, holds no child modules, a child draws random numbers it cannot make
+//    exact, the units do not fit together or the input shape (ModelBuilder::build's checks,
+//    prefixed with `path`), or the module's own forward is not its children in order;
 //  - RuntimeError when the file is not TorchScript PyTorch 1.13 can read (not a TorchScript
 //    archive, truncated, written by an incompatible PyTorch): one line naming `path`.
 Model load_torchscript(const std::string& path, const InputShape& input);
