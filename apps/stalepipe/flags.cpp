@@ -44,6 +44,7 @@ const std::pair<const char*, const char*> kFlags[] = {
     {"OptimizerOptions::spike_compensation", "--spike-compensation"},
     {"OptimizerOptions::fixed_weight_norm", "--fixed-weight-norm"},
     {"OptimizerOptions::loss", "--loss"},
+    {"RunOptions::model_file", "--model-file"},
     {"RunOptions::model", "--model"},
     {"RunOptions::dropout", "--dropout"},
     {"RunOptions::epochs", "--epochs"},
@@ -106,6 +107,7 @@ void add_option_flags(CLI::App& app, Options& o, TrainFlags& text) {
   text.progress = to_string(r.progress());
   app.add_option("--model", r.model(), "lenet5 | alexnet | vgg16 | resnet<6n+2> (resnet20, resnet56, ...)")->capture_default_str();
   app.add_option("--dropout", r.dropout(), "alexnet, vgg16: dropout probability before each hidden fc layer (0: none)")->capture_default_str();
+  app.add_option("--model-file", r.model_file(), "a TorchScript file saved by PyTorch 1.13 (instead of --model): a scripted torch.nn.Sequential, each child a unit; input C x 32 x 32")->capture_default_str();
   app.add_option("--data", d.dataset(), "fashion-mnist[:DIR] | mnist:DIR | kmnist:DIR | cifar10:DIR | synthetic[:N]")->capture_default_str();
   app.add_option("--epochs", r.epochs(), "training epochs")->capture_default_str();
   app.add_option("--max-steps", r.max_steps(), "end after this many mini-batches (0: no limit)")->capture_default_str();

@@ -1,27 +1,36 @@
-// `stalepipe layers --model NAME`: the unit table and where registers may go.
+// `stalepipe layers --model NAME | --model-file FILE`: the unit table and where registers may go.
 #include <cstdio>
 
 #include "commands.h"
 #include "stalepipe/api/options.h"
 #include "stalepipe/models/layer_table.h"
+#include "stalepipe/models/torchscript.h"
 #include "stalepipe/models/zoo.h"
 
 namespace stalepipe::cli {
 
 Command add_layers(CLI::App& app) {
   auto model = std::make_shared<std::string>("lenet5");
+  auto model_file = std::make_shared<std::string>();
   auto channels = std::make_shared<int64_t>(1);
+  auto classes = std::make_shared<int64_t>(10);
   auto dropout = std::make_shared<double>(RunOptions().dropout());
-  app.add_option("--model", *model, "lenet5 | alexnet | vgg16 | resnet<6n+2>")->capture_default_str();
-  app.add_option("--channels", *channels, "input channels (1: MNIST-like, 3: CIFAR-10)")->capture_default_str();
-  app.add_option("--dropout", *dropout, "alexnet, vgg16: dropout probability before each hidden fc layer")->capture_default_str();
-  return [model, channels, dropout]() {
+  auto* name = app.add_option("--model", *model, "lenet5 | alexnet | vgg16 | resnet<6n+2>")->capture_default_str();
+  auto* file = app.add_option("--model-file", *model_file, "a TorchScript file saved by PyTorch 1.13 (as train --model-file)");
+  name->excludes(file);
+  app.add_option("--channels", *channels, "input channels (1: MNIST-like, 3: CIFAR-10); inputs are 32x32")->capture_default_str();
+  app.add_option("--classes", *classes, "classes the last unit scores")->capture_default_str();
+  auto* drop = app.add_option("--dropout", *dropout, "alexnet, vgg16: dropout probability before each hidden fc layer");
+  drop->capture_default_str()->excludes(file);
+  return [model, model_file, channels, classes, dropout]() {
     models::InputShape input;
     input.channels = *channels;
-    auto m = models::make_model(*model, input, models::ZooOptions().dropout(*dropout));
+    input.num_classes = *classes;
+    auto m = model_file->empty() ? models::make_model(*model, input, models::ZooOptions().dropout(*dropout))
+                                 : models::load_torchscript(*model_file, input);
     const auto rows = models::describe_units(m);
     std::fputs(models::format_layer_table(m, rows).c_str(), stdout);
-    if (models::has_dropout_placement(*model)) {
+    if (model_file->empty() && models::has_dropout_placement(*model)) {
       std::printf("dropout: p = %g before fc1 and fc2 (--dropout; default %g: none)\n", *dropout,
                   RunOptions().dropout());
     }

@@ -5,6 +5,7 @@
 
 #include "commands.h"
 #include "flags.h"
+#include "stalepipe/models/torchscript.h"
 #include "stalepipe/train/trainer.h"
 
 namespace stalepipe::cli {
@@ -19,21 +20,42 @@ extern "C" void on_interrupt(int) {
   }
 }
 
+// --export FILE: the trained network as TorchScript. Checked before training, so that a
+// mistake costs no run.
+void check_export(const std::string& file, const Options& o, const std::string& resume) {
+  if (file.empty()) return;
+  const Options run = resume.empty() ? o : train::read_run_config(resume);
+  SP_CHECK_ARG(!run.run().model_file().empty(), "--export ", file,
+               " writes a model loaded with --model-file; ", run.run().model(), " is a zoo model");
+  SP_CHECK_ARG(run.pipeline().executor() != ExecutorKind::kProcesses, "--export ", file,
+               ": with --executor processes each rank holds only its own partition's weights; "
+               "train with threads or emulated, or export from one of those");
+}
+
 }  // namespace
 
 Command add_train(CLI::App& app) {
   auto o = std::make_shared<Options>();  // defaults: the option tree's
   auto text = std::make_shared<TrainFlags>();
   auto resume = std::make_shared<std::string>();
+  auto export_file = std::make_shared<std::string>();
   add_option_flags(app, *o, *text);
   app.add_option("--resume", *resume, "continue the run in this directory from its last checkpoint (its config.json applies)");
-  return [o, text, resume]() {
+  app.add_option("--export", *export_file, "after training, write the trained --model-file network as TorchScript to FILE (torch.jit.load reads it)");
+  return [o, text, resume, export_file]() {
     apply(*text, *o);
+    check_export(*export_file, *o, *resume);
     g_stop = false;
     std::signal(SIGINT, on_interrupt);
     std::signal(SIGTERM, on_interrupt);
     train::TrainHooks hooks;
     hooks.stop = &g_stop;
+    if (!export_file->empty()) {
+      hooks.on_trained = [export_file](const PipelineTrainer& t) {
+        models::save_torchscript(t.model(), *export_file);
+        std::fprintf(stderr, "exported the trained network to %s\n", export_file->c_str());
+      };
+    }
     const auto result = resume->empty() ? train::train(*o, hooks)
                                         : train::resume(*resume, hooks, o->pipeline().group());
     if (result.interrupted) return 130;

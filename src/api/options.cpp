@@ -38,12 +38,16 @@ void check_data(const DataOptions& o) {
 }
 
 void check_run(const RunOptions& o) {
+  SP_CHECK_ARG(o.model_file().empty() || o.model() == RunOptions().model(), "RunOptions::model_file ",
+               o.model_file(), " and RunOptions::model ", o.model(), " name two models; give only one of them");
   SP_CHECK_ARG(o.epochs() >= 1, "RunOptions::epochs must be >= 1, got ", o.epochs());
   SP_CHECK_ARG(o.max_steps() >= 0, "RunOptions::max_steps must be >= 0, got ", o.max_steps());
   SP_CHECK_ARG(o.stop_at_step() >= 0, "RunOptions::stop_at_step must be >= 0, got ", o.stop_at_step());
   SP_CHECK_ARG(o.checkpoint_every() >= 0, "RunOptions::checkpoint_every must be >= 0, got ",
                o.checkpoint_every());
   SP_CHECK_ARG(o.dropout() >= 0 && o.dropout() < 1, "RunOptions::dropout must be in [0, 1), got ", o.dropout());
+  SP_CHECK_ARG(o.dropout() == 0 || o.model_file().empty(), "RunOptions::dropout places dropout in a zoo network; "
+               "the model file ", o.model_file(), " brings its own");
 }
 
 void check_optimizer(const OptimizerOptions& o) {

@@ -87,7 +87,7 @@ struct Name {
   X(pipeline, hybrid_norm_reset, "hybrid_norm_reset", Plain)                                     \
   X(run, stop_at_step, "stop_at_step", Plain) X(pipeline, profile_batch, "profile_batch", Plain) \
   X(pipeline, segment_steps, "segment_steps", Plain) X(run, dropout, "dropout", Plain)         \
-  X(optimizer, loss, "loss", LossName)
+  X(optimizer, loss, "loss", LossName) X(run, model_file, "model_file", Plain)
 
 // What does not change the trained weights.
 const char* const kNotHashed[] = {"out", "progress", "executor", "threads", "devices", "trace",
@@ -96,9 +96,10 @@ const char* const kNotHashed[] = {"out", "progress", "executor", "threads", "dev
 // keep their hash.
 const char* const kHashedWhenSet[] = {"micro_batches", "delay_aware_lr", "delay_lr_anneal_epochs",
                                       "weight_prediction", "spike_compensation", "fixed_weight_norm",
-                                      "hybrid_norm_reset", "segment_steps", "dropout", "loss"};
+                                      "hybrid_norm_reset", "segment_steps", "dropout", "loss",
+                                      "model_file"};
 // Not in the files of 0.2 (the legacy hash's JSON).
-const char* const kNewIn03[] = {"stop_at_step", "profile_batch", "segment_steps"};
+const char* const kNewIn03[] = {"stop_at_step", "profile_batch", "segment_steps", "model_file"};
 
 json hashed_json(const Options& options) {
   json j = to_json(options);

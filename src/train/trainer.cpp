@@ -12,6 +12,7 @@
 #include "stalepipe/data/loader.h"
 #include "stalepipe/data/registry.h"
 #include "stalepipe/exec/checkpoint.h"
+#include "stalepipe/models/torchscript.h"
 #include "stalepipe/models/zoo.h"
 #include "stalepipe/sim/trace.h"
 #include "stalepipe/train/progress.h"
@@ -48,6 +49,15 @@ class LoaderSource : public BatchSource {
   std::optional<data::Prefetcher> prefetch_;
   int64_t next_index_ = 0;
 };
+
+// The zoo model RunOptions::model names, or the TorchScript file RunOptions::model_file.
+models::Model make_run_model(const RunOptions& r, const models::InputShape& input) {
+  return r.model_file().empty() ? models::make_model(r.model(), input, models::ZooOptions().dropout(r.dropout()))
+                                : models::load_torchscript(r.model_file(), input);
+}
+
+// What the logs and summary.json call the model.
+std::string model_label(const RunOptions& r) { return r.model_file().empty() ? r.model() : r.model_file(); }
 
 // Everything a run builds from its options, in the data path's order.
 struct Run {
@@ -103,7 +113,7 @@ void build(Run& run) {
   const data::Dataset& train = run.data.train;
   input.num_classes = train.num_classes > 0 ? train.num_classes : train.labels.size(1);
   torch::manual_seed(o.run().seed());
-  auto model = models::make_model(o.run().model(), input, models::ZooOptions().dropout(o.run().dropout()));
+  auto model = make_run_model(o.run(), input);
   run.trainer = std::make_unique<PipelineTrainer>(std::move(model), o, run.train_loader->batches_per_epoch());
   // config.json records the cut that was chosen, so that a resumed run keeps it.
   o.pipeline().ppv(run.trainer->plan().ppv);
@@ -124,7 +134,7 @@ void log_setup(Run& run, const std::function<void(const std::string&)>& log) {
   const PipelineTrainer& t = *run.trainer;
   const Options& o = run.options;
   const PipelineInfo& info = t.info();
-  log(c10::str("model ", o.run().model(), " (", t.model().num_parameters(), " parameters), data ",
+  log(c10::str("model ", model_label(o.run()), " (", t.model().num_parameters(), " parameters), data ",
                o.data().dataset(), " (", run.data.train.size(), " train / ", run.data.test.size(), " test), ",
                run.train_loader->batches_per_epoch(), " steps/epoch, executor ",
                exec::to_string(o.pipeline().executor())));
@@ -143,7 +153,7 @@ void log_setup(Run& run, const std::function<void(const std::string&)>& log) {
 nlohmann::json summary_json(Run& run, const TrainResult& r) {
   const PipelineTrainer& t = *run.trainer;
   const Options& o = run.options;
-  nlohmann::json s = {{"model", o.run().model()}, {"dataset", o.data().dataset()},
+  nlohmann::json s = {{"model", model_label(o.run())}, {"dataset", o.data().dataset()},
                       {"epochs", planned_epochs(run)},
                       {"steps", r.steps}, {"seed", o.run().seed()},
                       {"test_loss", r.test_loss},
@@ -171,11 +181,11 @@ void write_trace(Run& run, sim::TraceRecorder& trace) {
   const bool ranks = o.pipeline().executor() == ExecutorKind::kProcesses;
   const PipelineTrainer& t = *run.trainer;
   trace.write(ranks ? c10::str(o.run().trace(), ".rank", o.pipeline().group().resolved().rank()) : o.run().trace(),
-              c10::str(o.run().model(), ", PPV ", partition::format_ppv(t.info().ppv), ", ",
+              c10::str(model_label(o.run()), ", PPV ", partition::format_ppv(t.info().ppv), ", ",
                        schedule_name(t), ", ", run.trainer->executor().name()));
 }
 
-TrainResult conclude(Run& run, TrainResult result, const FitResult& fitted,
+TrainResult conclude(Run& run, TrainResult result, const FitResult& fitted, const TrainHooks& hooks,
                      const std::function<void(const std::string&)>& log);
 
 TrainResult run_training(Run& run, bool resumed, const TrainHooks& hooks) {
@@ -236,11 +246,11 @@ TrainResult run_training(Run& run, bool resumed, const TrainHooks& hooks) {
                                                                 : std::string(". No checkpoint was written")));
   }
   write_trace(run, trace);
-  return conclude(run, std::move(result), fitted, log);
+  return conclude(run, std::move(result), fitted, hooks, log);
 }
 
 // The result of a fit that ended; summary.json and the last line when it was not stopped.
-TrainResult conclude(Run& run, TrainResult result, const FitResult& fitted,
+TrainResult conclude(Run& run, TrainResult result, const FitResult& fitted, const TrainHooks& hooks,
                      const std::function<void(const std::string&)>& log) {
   PipelineTrainer& t = *run.trainer;
   const std::string& out = run.options.run().out();
@@ -264,6 +274,7 @@ TrainResult conclude(Run& run, TrainResult result, const FitResult& fitted,
   log(c10::str("done: test", result.test_accuracy ? c10::str(" accuracy ", *result.test_accuracy) : c10::str(" loss ", result.test_loss),
                ", ", static_cast<int64_t>(result.images_per_second),
                " img/s, ", result.wall_seconds, " s training", out.empty() ? "" : ", results in " + out));
+  if (hooks.on_trained) hooks.on_trained(t);
   return result;
 }
 

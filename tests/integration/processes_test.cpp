@@ -23,6 +23,7 @@
 #include "stalepipe/exec/pipeline.h"
 #include "stalepipe/models/zoo.h"
 #include "stalepipe/partition/plan.h"
+#include "support/script_modules.h"
 #include "support/temp_dir.h"
 
 namespace stalepipe::test {
@@ -178,6 +179,26 @@ INSTANTIATE_TEST_SUITE_P(Ranks, ProcessesEqualEmulated,
                          ::testing::Values(std::make_pair(std::string("2"), 2),
                                            std::make_pair(std::string("1,3"), 3)),
                          [](const auto& info) { return "K" + std::to_string(info.param.second); });
+
+TEST(Processes, TorchScriptModelFileEqualsEmulated) {
+  // Every rank loads the file; each trains its partition of the scripted module's tensors.
+  TempDir dir;
+  torch::manual_seed(5);
+  const std::string file = save_script(
+      script_sequential({script_sequential({script_conv2d(1, 4, 5), script_relu(), script_max_pool2d(2)}),
+                         script_flatten(), script_linear(4 * 14 * 14, 10)}),
+      dir.file("net.pt"));
+  const std::string ref = dir.file("emulated"), run = dir.file("processes");
+  auto args = [&](const std::string& out, const std::string& executor) {
+    auto a = train_args("1", 2, out, executor, 1);
+    a[1] = "--model-file";
+    a[2] = file;
+    return a;
+  };
+  ASSERT_EQ(wait_for(spawn(args(ref, "emulated"), {}, dir.file("ref.log")), 60), 0) << slurp(dir.file("ref.log"));
+  ASSERT_EQ(run_launch(2, args(run, "processes"), dir.file("run.log"), 60), 0) << slurp(dir.file("run.log"));
+  expect_same_results(ref, run);
+}
 
 TEST(Processes, NewSchedulesAndMitigationsEqualEmulated) {
   // Micro-batch messages (GPipe) and per-rank stashes and delays (1F1B, mitigations) over Gloo.

@@ -136,6 +136,10 @@ struct RunOptions {
   TORCH_ARG(std::string, model) = "lenet5";  // zoo name (train/ only; the API takes a Model)
   // Zoo networks with a dropout placement (models/zoo.h, ZooOptions): its probability; 0: none.
   TORCH_ARG(double, dropout) = 0;
+  // A TorchScript file saved by PyTorch 1.13 (models/torchscript.h) to train instead of a zoo
+  // model; empty = none. Its input is the data's (C x 32 x 32, classes) as for the zoo's.
+  // With it, `model` must keep its default. Stored as given: a resumed run reloads the file.
+  TORCH_ARG(std::string, model_file) = "";
   TORCH_ARG(int64_t, epochs) = 10;
   TORCH_ARG(int64_t, max_steps) = 0;         // end after this many mini-batches; 0 = no limit
   // Stop as if interrupted (drain, checkpoint, resumable) once this many mini-batches are

@@ -8,12 +8,17 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include <torch/nn/modules/container/sequential.h>
 
 #include "stalepipe/models/unit.h"
+
+namespace torch::jit {
+struct Module;  // torch/csrc/jit/api/module.h; only models/torchscript.cpp needs its definition
+}  // namespace torch::jit
 
 namespace stalepipe::models {
 
@@ -31,6 +36,9 @@ class Model {
   std::string name;  // "lenet5", "alexnet", "vgg16", "resnet20", ...
   InputShape input;
   std::vector<Unit> units;
+  // The scripted module the units were loaded from (models/torchscript.h), sharing their
+  // tensors, so that save_torchscript can write the trained network; null for other models.
+  std::shared_ptr<torch::jit::Module> script;
 
   // Total number of weight layers: the largest index in any unit's weight_layers (0 if none).
   int num_weight_layers() const;

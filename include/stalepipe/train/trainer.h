@@ -49,6 +49,9 @@ struct TrainHooks {
   std::function<void(const std::string&)> log;  // one human-readable line; default: stderr
   // Called after each checkpoint is safely on disk, with the step it resumes at.
   std::function<void(int64_t step)> on_checkpoint;
+  // Called once training has ended without being stopped, after summary.json, on every rank,
+  // with the trained pipeline (e.g. to export its model: models/torchscript.h).
+  std::function<void(const PipelineTrainer& trainer)> on_trained;
 };
 
 // Runs a training run. Throws UsageError for bad options (naming the field) and RuntimeError

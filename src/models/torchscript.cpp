@@ -1,0 +1,200 @@
+#include "stalepipe/models/torchscript.h"
+
+#include <filesystem>
+#include <utility>
+#include <vector>
+
+#include <caffe2/serialize/inline_container.h>
+
+#include "stalepipe/common/error.h"
+#include "stalepipe/models/dropout.h"
+#include "stalepipe/models/model_builder.h"
+#include "torchscript_impl.h"
+
+namespace stalepipe::models {
+namespace {
+
+using detail::display_type_name;
+using detail::script_type_name;
+
+// Where a scripted module sits, for messages.
+struct Origin {
+  std::string file;
+  size_t unit = 0;  // 1-based
+};
+
+// The deepest module under `module` (at `path`) whose forward draws random numbers.
+std::pair<std::string, torch::jit::Module> drawing_module(const torch::jit::Module& module,
+                                                          const std::string& path) {
+  for (const auto& child : module.named_children()) {
+    if (detail::draws_random_numbers(child.value)) {
+      return drawing_module(child.value, path + "." + child.name);
+    }
+  }
+  return {path, module};
+}
+
+void refuse_random_draws(const torch::jit::Module& module, const std::string& path,
+                         const Origin& origin) {
+  if (!detail::draws_random_numbers(module)) return;
+  const auto [where, drawing] = drawing_module(module, path);
+  throw UsageError(c10::str(
+      origin.file, ": unit ", origin.unit, " (", where, ", ",
+      display_type_name(script_type_name(drawing)),
+      ") draws random numbers from PyTorch's global generator, which concurrent partitions "
+      "cannot make exact; use torch.nn.Dropout (Dropout2d, Dropout3d, AlphaDropout, "
+      "FeatureAlphaDropout) as a unit or as a child of a torch.nn.Sequential unit, where "
+      "stalepipe replaces it with its exact dropout, or remove the draw"));
+}
+
+// The stalepipe module for the scripted `module` at `path`: a Sequential is unrolled (so the
+// layer table sees each child's shape and a dropout child can be replaced), a stock dropout
+// becomes the exact one, anything else is held as it is.
+torch::nn::AnyModule to_unit_module(const torch::jit::Module& module, const std::string& path,
+                                    const Origin& origin) {
+  if (const auto dropout = detail::script_dropout_options(module)) {
+    auto exact = torch::nn::AnyModule(Dropout(*dropout));
+    exact.ptr()->train(module.is_training());  // a file saved in eval mode keeps it
+    return exact;
+  }
+  const auto children = module.named_children();
+  if (detail::is_torch_nn(script_type_name(module), "Sequential") && children.size() > 0) {
+    torch::nn::Sequential sequential;
+    for (const auto& child : children) {
+      sequential->push_back(child.name, to_unit_module(child.value, path + "." + child.name, origin));
+    }
+    return torch::nn::AnyModule(SequentialUnit(std::move(sequential)));
+  }
+  refuse_random_draws(module, path, origin);
+  return torch::nn::AnyModule(detail::ScriptUnit(module));
+}
+
+// torch.save writes the same zip archive as torch.jit.save, with the pickled data but without
+// the code and constants: the user's mistake (a state dict, a pickled module), not damage.
+bool is_torch_save_archive(const std::string& path) {
+  try {
+    caffe2::serialize::PyTorchStreamReader reader(path);
+    return reader.hasRecord("data.pkl") && !reader.hasRecord("constants.pkl");
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
+torch::jit::Module read_script(const std::string& path) {
+  SP_CHECK_ARG(std::filesystem::is_regular_file(path), path,
+               ": no such file; expected a TorchScript module saved with torch.jit.save");
+  try {
+    return torch::jit::load(path, torch::kCPU);
+  } catch (const std::exception& e) {  // c10::Error, or the script compiler's ErrorReport
+    SP_CHECK_ARG(!is_torch_save_archive(path), path,
+                 ": holds data saved with torch.save (a state dict, a tensor or a pickled "
+                 "module), not a TorchScript module; save torch.jit.script(net) with torch.jit.save");
+    throw RuntimeError(c10::str(path, ": not a TorchScript module PyTorch 1.13 can read (",
+                                detail::script_error_cause(e), ")"));
+  }
+}
+
+// ModelBuilder::build() makes LibTorch's stock dropout modules exact (dropout.h); one left
+// over would draw from the global generator, different masks on every thread.
+void check_no_stock_dropout(const Model& model, const std::string& path) {
+  for (size_t i = 0; i < model.units.size(); ++i) {
+    for (const auto& m : model.units[i].module.ptr()->modules()) {
+      SP_CHECK_ARG(!m->as<torch::nn::Dropout>() && !m->as<torch::nn::Dropout2d>() &&
+                       !m->as<torch::nn::AlphaDropout>() && !m->as<torch::nn::FeatureAlphaDropout>(),
+                   path, ": unit ", i + 1, " (", model.units[i].name, ") holds a dropout that ",
+                   "ModelBuilder did not make exact (", m->name(), "); this build of stalepipe "
+                   "cannot train it under concurrent partitions");
+    }
+  }
+}
+
+// Puts the scripted module and the model's units in eval mode for its lifetime, then gives
+// every unit and every scripted submodule back its own `training` flag (train(bool) would set
+// one flag for all, e.g. unfreeze a batch norm the file keeps in eval mode).
+class EvalScope {
+ public:
+  EvalScope(torch::jit::Module script, const Model* model) : model_(model) {
+    for (const torch::jit::Module& m : script.modules()) {
+      if (m.hasattr("training")) script_flags_.emplace_back(m, m.attr("training").toBool());
+    }
+    if (model_) {
+      for (const Unit& unit : model_->units) unit_flags_.push_back(unit.module.ptr()->is_training());
+      for (const Unit& unit : model_->units) unit.module.ptr()->eval();
+    }
+    script.eval();
+  }
+  ~EvalScope() {
+    for (size_t i = 0; i < unit_flags_.size(); ++i) model_->units[i].module.ptr()->train(unit_flags_[i]);
+    for (auto& [module, training] : script_flags_) module.setattr("training", training);
+  }
+  EvalScope(const EvalScope&) = delete;
+  EvalScope& operator=(const EvalScope&) = delete;
+
+ private:
+  const Model* model_;
+  std::vector<std::pair<torch::jit::Module, bool>> script_flags_;
+  std::vector<bool> unit_flags_;
+};
+
+// The units run in order must compute what the module's own forward computes, or training
+// them would train something else than what save_torchscript writes.
+void check_forward_is_chain(const torch::jit::Module& script, const Model& model, const std::string& path) {
+  torch::NoGradGuard no_grad;
+  EvalScope eval(script, &model);
+  const InputShape& in = model.input;
+  const auto x = torch::linspace(-1, 1, 2 * in.channels * in.height * in.width)
+                     .reshape({2, in.channels, in.height, in.width});
+  torch::Tensor own;
+  try {
+    own = torch::jit::Module(script).forward({x}).toTensor();
+  } catch (const std::exception& e) {
+    throw UsageError(c10::str(path, ": the module's own forward fails on the input ", x.sizes(),
+                              ": ", detail::script_error_cause(e)));
+  }
+  const torch::Tensor units = model.as_sequential()->forward(x);
+  SP_CHECK_ARG(own.sizes() == units.sizes() && torch::allclose(own, units, 1e-5, 1e-6), path,
+               ": the module's forward is not its children run in order (its output differs "
+               "from theirs); stalepipe trains the children as units, so write the network as "
+               "a torch.nn.Sequential, with torch.nn.Flatten where the forward flattened");
+}
+
+}  // namespace
+
+Model load_torchscript(const std::string& path, const InputShape& input) {
+  torch::jit::Module script = read_script(path);
+  const auto children = script.named_children();
+  SP_CHECK_ARG(children.size() > 0, path,
+               ": the scripted module has no child modules; stalepipe makes one unit of each "
+               "top-level child, e.g. of each layer of a torch.nn.Sequential");
+  ModelBuilder builder(std::filesystem::path(path).stem().string(), input);
+  Origin origin{path, 0};
+  for (const auto& child : children) {
+    ++origin.unit;
+    builder.add_any(child.name, to_unit_module(child.value, child.name, origin),
+                    UnitOptions().weight_layers(detail::count_script_weight_layers(child.value)));
+  }
+  Model model;
+  try {
+    model = builder.build();
+  } catch (const UsageError& e) {
+    throw UsageError(c10::str(path, ": ", e.what()));
+  }
+  check_no_stock_dropout(model, path);
+  check_forward_is_chain(script, model, path);
+  model.script = std::make_shared<torch::jit::Module>(script);
+  return model;
+}
+
+void save_torchscript(const Model& model, const std::string& path) {
+  SP_CHECK_ARG(model.script != nullptr, "model ", model.name,
+               " was not loaded from TorchScript (models::load_torchscript); only such a model "
+               "can be saved as TorchScript");
+  EvalScope eval(*model.script, nullptr);  // the file is for inference; the Model keeps its mode
+  try {
+    torch::jit::Module(*model.script).save(path);
+  } catch (const std::exception& e) {
+    throw RuntimeError(c10::str(path, ": cannot write the TorchScript module: ", detail::script_error_cause(e)));
+  }
+}
+
+}  // namespace stalepipe::models

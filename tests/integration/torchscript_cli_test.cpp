@@ -1,0 +1,109 @@
+// `stalepipe train|layers --model-file FILE.pt` and `train --export`: a network written in
+// Python (built here in C++, as torch.jit.script makes it) through the CLI, and every way a
+// file can be wrong, each with its exit status and one line.
+#include <algorithm>
+#include <fstream>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <torch/script.h>
+
+#include "support/cli.h"
+#include "support/script_modules.h"
+#include "support/temp_dir.h"
+
+namespace stalepipe::test {
+namespace {
+
+std::vector<std::string> small_run(const std::string& model_file) {
+  return {"train", "--model-file", model_file, "--data", "synthetic:128", "--test-subset", "32",
+          "--batch-size", "16", "--epochs", "1", "--pipeline", "2", "--threads", "2",
+          "--progress", "none"};
+}
+
+std::vector<std::string> with(std::vector<std::string> base, const std::vector<std::string>& more) {
+  base.insert(base.end(), more.begin(), more.end());
+  return base;
+}
+
+void expect_one_line_error(const CliResult& r, int status, const std::string& fragment) {
+  EXPECT_EQ(r.status, status) << r.err;
+  const size_t at = r.err.find("stalepipe: error: ");
+  ASSERT_NE(at, std::string::npos) << r.err;
+  const std::string error = r.err.substr(at);
+  EXPECT_NE(error.find(fragment), std::string::npos) << r.err;
+  EXPECT_EQ(std::count(error.begin(), error.end(), '\n'), 1) << "not one line: " << r.err;
+}
+
+// LeNet-like for the 1x32x32 synthetic data and its 10 classes: 4 units, 3 weight layers.
+std::string lenet_file(const TempDir& dir) {
+  torch::manual_seed(5);
+  return save_script(
+      script_sequential({script_sequential({script_conv2d(1, 4, 5), script_relu(), script_max_pool2d(2)}),
+                         script_sequential({script_conv2d(4, 8, 5), script_relu(), script_max_pool2d(2)}),
+                         script_flatten(), script_linear(200, 10)}),
+      dir.file("lenet.pt"));
+}
+
+TEST(TorchScriptCli, LayersListsTheFilesUnits) {
+  TempDir dir;
+  const auto r = run_cli({"layers", "--model-file", lenet_file(dir)});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("model lenet: input 1x32x32, 10 classes, 3 weight layers"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("8x5x5"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("2,010"), std::string::npos) << r.out;  // the Linear(200, 10)
+}
+
+TEST(TorchScriptCli, TrainsResumesAndExportsTheTrainedNetwork) {
+  TempDir dir;
+  const std::string file = lenet_file(dir), run = dir.file("run"), exported = dir.file("trained.pt");
+  const auto stopped = run_cli(with(small_run(file), {"--out", run, "--stop-at-step", "3", "--checkpoint-every", "3"}));
+  ASSERT_EQ(stopped.status, 130) << stopped.err;
+  const auto config = nlohmann::json::parse(std::ifstream(run + "/config.json"));
+  EXPECT_EQ(config.at("model_file"), file);
+  const auto resumed = run_cli({"train", "--resume", run, "--progress", "none", "--export", exported});
+  ASSERT_EQ(resumed.status, 0) << resumed.err;
+  EXPECT_NE(resumed.err.find("model " + file), std::string::npos) << resumed.err;
+  EXPECT_NE(resumed.err.find("exported the trained network to " + exported), std::string::npos) << resumed.err;
+  auto before = torch::jit::load(file), after = torch::jit::load(exported);
+  EXPECT_FALSE(after.is_training());
+  const auto x = torch::ones({2, 1, 32, 32});
+  const auto a = before.forward({x}).toTensor(), b = after.forward({x}).toTensor();
+  EXPECT_EQ(b.sizes(), a.sizes());
+  EXPECT_FALSE(torch::equal(a, b)) << "the exported file holds the untrained weights";
+}
+
+TEST(TorchScriptCli, BadFilesAndFlags) {
+  TempDir dir;
+  const std::string good = lenet_file(dir);
+  expect_one_line_error(run_cli(small_run(dir.file("missing.pt"))), 2, "missing.pt: no such file");
+  std::ofstream(dir.file("garbage.pt")) << "print('hello')\n";
+  expect_one_line_error(run_cli(small_run(dir.file("garbage.pt"))), 1,
+                        "garbage.pt: not a TorchScript module PyTorch 1.13 can read");
+  {
+    std::ifstream in(good, std::ios::binary);
+    const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::ofstream(dir.file("truncated.pt"), std::ios::binary) << bytes.substr(0, bytes.size() - 100);
+  }
+  expect_one_line_error(run_cli(small_run(dir.file("truncated.pt"))), 1, "truncated.pt: not a TorchScript module");
+  expect_one_line_error(run_cli(small_run(save_future_archive(dir.file("future.pt")))), 1,
+                        "future.pt: not a TorchScript module PyTorch 1.13 can read (Attempted to read a PyTorch file with version 99");
+  expect_one_line_error(run_cli(small_run(save_torch_save_archive(dir.file("state.pt")))), 2,
+                        "state.pt: holds data saved with torch.save (a state dict, a tensor or a pickled module), not a TorchScript module");
+  expect_one_line_error(run_cli(small_run(save_script(script_sequential({}), dir.file("empty.pt")))), 2,
+                        "empty.pt: the scripted module has no child modules");
+  const std::string misfit = save_script(script_sequential({script_flatten(), script_linear(100, 10)}), dir.file("misfit.pt"));
+  expect_one_line_error(run_cli({"layers", "--model-file", misfit}), 2,
+                        "misfit.pt: model misfit: unit 2 (1) cannot take the output of unit 1 (0), [2, 1024]");
+  auto block = script_module("__torch__.Head", {{"drop", script_dropout(0.5)}, {"fc", script_linear(1024, 10)}},
+                             "\ndef forward(self, x):\n    return self.fc.forward(self.drop.forward(torch.flatten(x, 1)))\n");
+  expect_one_line_error(run_cli(small_run(save_script(script_sequential({block}), dir.file("random.pt")))), 2,
+                        "random.pt: unit 1 (0.drop, torch.nn.Dropout) draws random numbers");
+  expect_one_line_error(run_cli(with(small_run(good), {"--model", "resnet20"})), 2,
+                        "--model-file " + good + " and --model resnet20 name two models");
+  expect_one_line_error(run_cli({"train", "--data", "synthetic:64", "--export", dir.file("x.pt")}), 2,
+                        "--export " + dir.file("x.pt") + " writes a model loaded with --model-file");
+}
+
+}  // namespace
+}  // namespace stalepipe::test
