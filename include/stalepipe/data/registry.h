@@ -9,6 +9,7 @@
 //   synthetic:N             N train samples and max(1, N/4) test samples
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,16 @@ namespace stalepipe {
 namespace data {
 
 constexpr const char* kFashionMnistDefaultDir = "/usr/share/datasets/fashion-mnist";
+
+// A spec as parsed, before anything is read from disk.
+struct DatasetSpec {
+  std::string name;             // one of dataset_names()
+  std::string dir;              // the files' directory; "" for synthetic
+  int64_t synthetic_train = 0;  // N of synthetic:N; 0 for the default size
+};
+
+// Parses `spec` (the disk is not touched). Throws UsageError as load_dataset does.
+DatasetSpec parse_dataset_spec(const std::string& spec);
 
 // Loads the data set named by `spec`. Throws UsageError for an unknown name (listing the valid
 // ones), a missing DIR where one is required, or a bad N; RuntimeError when DIR does not exist
