@@ -16,16 +16,18 @@ void remove_scratch() {
 
 }  // namespace
 
+// Never destroyed: remove_scratch runs at exit, after static objects built later than its
+// registration are gone (a static std::string here was, as libFuzzer's ASan build reported).
 const std::string& scratch_dir() {
-  static const std::string dir = [] {
+  static const std::string* const dir = [] {
     // /dev/shm when there is one: libFuzzer writes these files thousands of times a second.
     const char* base = std::filesystem::is_directory("/dev/shm") ? "/dev/shm" : "/tmp";
-    std::string pattern = std::string(base) + "/stalepipe-fuzz-XXXXXX";
-    if (::mkdtemp(pattern.data()) == nullptr) std::abort();
+    auto* pattern = new std::string(std::string(base) + "/stalepipe-fuzz-XXXXXX");
+    if (::mkdtemp(pattern->data()) == nullptr) std::abort();
     std::atexit(remove_scratch);
     return pattern;
   }();
-  return dir;
+  return *dir;
 }
 
 std::string write_scratch(const std::string& name, const std::string& bytes) {
