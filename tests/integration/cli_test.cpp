@@ -99,6 +99,11 @@ TEST(Cli, ADivergingRunExitsOneWithTheCauseAndAnIntactCheckpoint) {
   EXPECT_EQ(eval.status, 0) << eval.err;
 }
 
+TEST(Cli, AnOutDirectoryThatCannotBeCreatedExitsOne) {
+  expect_one_line_error(run_cli(with(kSmallRun, {"--out", "/dev/null/run"})), 1,
+                        "run directory /dev/null/run: cannot create the directory");
+}
+
 TEST(Cli, MissingAndCorruptDataExitOne) {
   expect_one_line_error(run_cli(with(kSmallRun, {"--data", "mnist:/nonexistent/dir"})), 1, "/nonexistent/dir");
   TempDir dir;

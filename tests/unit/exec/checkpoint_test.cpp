@@ -116,6 +116,10 @@ TEST(Checkpoint, DamagedShardsAreNamedBeforeTheyAreDeserialized) {
   fs::remove(shard);
   EXPECT_NE(message_of([&] { load_checkpoint(dir.path(), loaded.pipeline.stages()); }).find(shard + ": missing"),
             std::string::npos);
+  fs::create_directory(shard);
+  EXPECT_NE(message_of([&] { load_checkpoint(dir.path(), loaded.pipeline.stages()); }).find(shard + ": not a file"),
+            std::string::npos);
+  fs::remove(shard);
 
   overwrite(shard, bytes);  // whole again: loads, and the weights are the saved ones
   ASSERT_FALSE(torch::equal(saved.first_weight(), loaded.first_weight()));  // or this proves nothing
