@@ -7,7 +7,6 @@
 
 #include "stalepipe/api/assemble.h"
 #include "stalepipe/api/options_json.h"
-#include "stalepipe/exec/checkpoint.h"
 #include "stalepipe/exec/processes.h"
 #include "stalepipe/optim/lr_schedule.h"
 #include "trainer_impl.h"
@@ -233,53 +232,6 @@ torch::Tensor PipelineTrainer::predict(const torch::Tensor& x) {
   SP_CHECK_ARG(options_.pipeline().executor() != ExecutorKind::kProcesses,
                "predict: the partitions run in other processes; use evaluate()");
   return pipeline_->predict(x);
-}
-
-void PipelineTrainer::save(const std::string& dir) {
-  check_usable("save");
-  check_drained("save");
-  // Never overwrite a good checkpoint with weights that are not numbers.
-  if (!partitions_with_bad_weights().empty()) {
-    throw DivergedError(divergence_message(next_step_ - 1, "the weights are not finite"));
-  }
-  const int K = plan_.num_partitions();
-  exec::CheckpointInfo info;
-  info.step = next_step_;
-  info.epochs_done = epochs_done_;
-  info.ppv = partition::format_ppv(plan_.ppv);
-  info.config_hash = config_hash(options_);
-  info.wall_seconds = wall_seconds_;
-  std::vector<double> totals{totals_.loss_sum, static_cast<double>(totals_.correct),
-                             static_cast<double>(totals_.samples), static_cast<double>(totals_.scored)};
-  group_->share_from_last(totals);
-  info.epoch_loss_sum = totals[0];
-  info.epoch_correct = static_cast<int64_t>(totals[1]);
-  info.epoch_samples = static_cast<int64_t>(totals[2]);
-  info.epoch_scored = static_cast<int64_t>(totals[3]);
-  info.epoch_seconds = totals_.seconds;
-  for (int k = 0; k < K; ++k) {
-    if (group_->owns(k)) exec::save_checkpoint_shard(dir, pipeline_->stage(k), k, K, info);
-  }
-  group_->barrier();  // every shard of this step is written
-  if (group_->leader()) exec::write_checkpoint_manifest(dir, K, info);
-}
-
-void PipelineTrainer::load(const std::string& dir) {
-  check_drained("load");
-  const int K = plan_.num_partitions();
-  exec::CheckpointInfo info;
-  for (int k = 0; k < K; ++k) {
-    if (group_->owns(k)) info = exec::load_checkpoint_shard(dir, pipeline_->stage(k), k, K);
-  }
-  SP_CHECK(info.ppv == partition::format_ppv(plan_.ppv), "load ", dir,
-           ": the checkpoint has registers after layers ", info.ppv, " but this pipeline after ",
-           partition::format_ppv(plan_.ppv));
-  next_step_ = returned_ = info.step;
-  epochs_done_ = info.epochs_done;
-  epoch_begin_ = steps_per_epoch_ > 0 ? epochs_done_ * steps_per_epoch_ : info.step;
-  wall_seconds_ = info.wall_seconds;
-  totals_ = {info.epoch_loss_sum, info.epoch_seconds, info.epoch_correct, info.epoch_samples, info.epoch_scored};
-  failure_.clear();
 }
 
 }  // namespace stalepipe

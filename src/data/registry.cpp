@@ -44,39 +44,43 @@ std::vector<std::string> dataset_names() {
   return {"fashion-mnist", "mnist", "kmnist", "cifar10", "synthetic", "synthetic-regression"};
 }
 
-DataSplit load_dataset(const std::string& spec) {
+DatasetSpec parse_dataset_spec(const std::string& spec) {
   const size_t colon = spec.find(':');
-  const std::string name = spec.substr(0, colon);
+  DatasetSpec parsed;
+  parsed.name = spec.substr(0, colon);
   const bool has_arg = colon != std::string::npos;
   const std::string arg = has_arg ? spec.substr(colon + 1) : std::string();
-
+  const std::string& name = parsed.name;
   if (name == "synthetic" || name == "synthetic-regression") {
+    if (has_arg) parsed.synthetic_train = parse_count(spec, arg);
+    return parsed;
+  }
+  SP_CHECK_ARG(name == "fashion-mnist" || name == "mnist" || name == "kmnist" || name == "cifar10",
+      "data set spec '", spec, "': unknown data set '", name, "'; expected one of ", valid_specs());
+  parsed.dir = has_arg || name != "fashion-mnist" ? arg : std::string(kFashionMnistDefaultDir);
+  SP_CHECK_ARG(!parsed.dir.empty(), "data set spec '", spec, "': ", name, " needs a directory: ", name,
+      ":DIR");
+  return parsed;
+}
+
+DataSplit load_dataset(const std::string& spec) {
+  const DatasetSpec parsed = parse_dataset_spec(spec);
+  if (parsed.name == "synthetic" || parsed.name == "synthetic-regression") {
     SyntheticOptions options;
-    if (has_arg) {
-      const int64_t n = parse_count(spec, arg);
+    if (parsed.synthetic_train > 0) {
+      const int64_t n = parsed.synthetic_train;
       options.train_size(n).test_size(std::max<int64_t>(1, n / 4));
     }
     DataSplit split = make_synthetic(options);
-    if (name == "synthetic") return split;
+    if (parsed.name == "synthetic") return split;
     return {as_regression(std::move(split.train)), as_regression(std::move(split.test))};
   }
-  if (name == "fashion-mnist" || name == "mnist" || name == "kmnist" || name == "cifar10") {
-    std::string dir = arg;
-    if (!has_arg && name == "fashion-mnist") {
-      dir = kFashionMnistDefaultDir;
-    }
-    SP_CHECK_ARG(!dir.empty(), "data set spec '", spec, "': ", name, " needs a directory: ", name,
-        ":DIR");
-    if (!has_arg) {
-      std::error_code error;
-      SP_CHECK(std::filesystem::is_directory(dir, error), dir, ": data set directory does not "
-          "exist; install Debian's dataset-fashion-mnist package or pass fashion-mnist:DIR");
-    }
-    return name == "cifar10" ? load_cifar10(dir) : load_idx_dir(dir, name);
+  if (spec.find(':') == std::string::npos) {  // the default directory of Debian's package
+    std::error_code error;
+    SP_CHECK(std::filesystem::is_directory(parsed.dir, error), parsed.dir, ": data set directory does not "
+        "exist; install Debian's dataset-fashion-mnist package or pass fashion-mnist:DIR");
   }
-  SP_CHECK_ARG(false, "data set spec '", spec, "': unknown data set '", name, "'; expected one of ",
-      valid_specs());
-  return {};
+  return parsed.name == "cifar10" ? load_cifar10(parsed.dir) : load_idx_dir(parsed.dir, parsed.name);
 }
 
 }  // namespace data

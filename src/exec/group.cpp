@@ -12,6 +12,7 @@ class LocalGroup : public Group {
   bool leader() const override { return true; }
   void share_from_last(std::vector<double>&) override {}
   void barrier() override {}
+  void gather_partitions(std::vector<int64_t>&) override {}
   std::pair<torch::Tensor, torch::Tensor> predict(Pipeline& pipeline, const torch::Tensor& x,
                                                   const torch::Tensor& target, int64_t) override {
     torch::Tensor out = pipeline.predict(x);
@@ -31,6 +32,15 @@ class RankGroup : public Group {
     for (size_t i = 0; i < values.size(); ++i) values[i] = t[static_cast<int64_t>(i)].item<double>();
   }
   void barrier() override { group_->barrier(); }
+  // One broadcast per rank: the few values of a checkpoint, not worth a Gloo allgather's setup.
+  void gather_partitions(std::vector<int64_t>& values) override {
+    const size_t n = values.size() / static_cast<size_t>(group_->size());
+    for (int r = 0; r < group_->size(); ++r) {
+      auto slice = torch::from_blob(values.data() + r * n, {static_cast<int64_t>(n)}, torch::kLong).clone();
+      group_->broadcast(slice, r);
+      for (size_t i = 0; i < n; ++i) values[r * n + i] = slice[static_cast<int64_t>(i)].item<int64_t>();
+    }
+  }
   std::pair<torch::Tensor, torch::Tensor> predict(Pipeline& pipeline, const torch::Tensor& x,
                                                   const torch::Tensor& target,
                                                   int64_t index) override {

@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "run_files.h"
+#include "run_lock.h"
 #include "common/json_file_impl.h"
 #include "stalepipe/api/options_json.h"
 #include "stalepipe/data/loader.h"
@@ -278,10 +279,22 @@ TrainResult conclude(Run& run, TrainResult result, const FitResult& fitted, cons
   return result;
 }
 
+// The lock of this process's part of the run directory (run_lock.h): with processes each
+// rank writes its own shard, so each rank locks its own file.
+std::optional<RunLock> lock_run(const Options& o) {
+  if (o.run().out().empty()) return std::nullopt;
+  const bool ranks = o.pipeline().executor() == ExecutorKind::kProcesses;
+  const int rank = ranks ? o.pipeline().group().resolved().rank() : 0;
+  return std::make_optional<RunLock>(o.run().out(), lock_name(rank));
+}
+
 }  // namespace
 
 TrainResult train(const Options& options, const TrainHooks& hooks) {
   const std::string& out = options.run().out();
+  check_options(options);  // a mistake in the options leaves no directory behind
+  // Locked before the checkpoint check, so two runs started together cannot both pass it.
+  const auto lock = lock_run(options);
   SP_CHECK_ARG(out.empty() || !exec::has_checkpoint(out), "RunOptions::out ", out,
                ": already holds a run with a checkpoint; resume it or choose another directory");
   Run run;
@@ -302,11 +315,12 @@ TrainResult resume(const std::string& run_dir, const TrainHooks& hooks, const ex
   Run run;
   run.options = read_run_config(run_dir);
   run.options.pipeline().group(group);
+  const auto lock = lock_run(run.options);  // read_run_config has checked that run_dir is a run
   const auto info = exec::read_checkpoint_info(run_dir);
   SP_CHECK(info.config_hash == config_hash(run.options) || info.config_hash == legacy_config_hash(run.options),
            run_dir, ": the checkpoint was written with different settings than config.json");
   build(run);
-  run.trainer->load(run_dir);
+  run.trainer->load(run_dir, hooks.log);  // a damaged newest checkpoint: warns, takes the previous
   return run_training(run, true, hooks);
 }
 

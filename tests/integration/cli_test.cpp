@@ -1,10 +1,14 @@
 // The stalepipe program as a user meets it: exit statuses, one-line errors, kill and resume.
 #include <signal.h>
+#include <sys/wait.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <sstream>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -144,6 +148,11 @@ TEST(Cli, ADivergingRunExitsOneWithTheCauseAndAnIntactCheckpoint) {
   EXPECT_EQ(eval.status, 0) << eval.err;
 }
 
+TEST(Cli, AnOutDirectoryThatCannotBeCreatedExitsOne) {
+  expect_one_line_error(run_cli(with(kSmallRun, {"--out", "/dev/null/run"})), 1,
+                        "run directory /dev/null/run: cannot create the directory");
+}
+
 TEST(Cli, MissingAndCorruptDataExitOne) {
   expect_one_line_error(run_cli(with(kSmallRun, {"--data", "mnist:/nonexistent/dir"})), 1, "/nonexistent/dir");
   TempDir dir;
@@ -263,6 +272,7 @@ void expect_killed_run_resumes_to_the_same_result(const std::vector<std::string>
   wait_for_checkpoint(killed.path());
   kill(pid, SIGKILL);
   wait_cli(pid);
+  ASSERT_TRUE(fs::exists(killed.path() + "/lock"));  // left behind; the kernel released the flock
   const auto resumed = run_cli({"train", "--resume", killed.path(), "--progress", "none"});
   ASSERT_EQ(resumed.status, 0) << resumed.err;
   EXPECT_EQ(summary(killed.path())["test_loss"], summary(whole.path())["test_loss"]);
@@ -293,6 +303,109 @@ TEST(Cli, InterruptDrainsAndCheckpoints) {
   // Resuming a finished-or-stopped run works, and starting over in the same folder is refused.
   const auto again = run_cli(with(kSmallRun, {"--out", dir.path()}));
   expect_one_line_error(again, 2, "already holds a run with a checkpoint; resume it");
+}
+
+std::string read_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+void write_bytes(const std::string& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary) << bytes;
+}
+
+// kSmallRun stopped at step 20: its checkpoints are step 20 (newest) and step 16 (previous).
+void stopped_at_20(const std::string& dir) {
+  const auto r = run_cli(with(kSmallRun, {"--out", dir, "--stop-at-step", "20"}));
+  ASSERT_EQ(r.status, 130) << r.err;
+  ASSERT_TRUE(fs::exists(dir + "/checkpoint/step-20/part-2.pt"));
+  ASSERT_TRUE(fs::exists(dir + "/checkpoint/step-16/part-2.pt"));
+}
+
+// The lines of `text` that contain `fragment`.
+int lines_with(const std::string& text, const std::string& fragment) {
+  std::istringstream in(text);
+  int n = 0;
+  for (std::string line; std::getline(in, line);) n += line.find(fragment) != std::string::npos;
+  return n;
+}
+
+TEST(Cli, ResumeOverADamagedNewestCheckpointTakesThePreviousOne) {
+  TempDir whole;
+  ASSERT_EQ(run_cli(with(kSmallRun, {"--out", whole.path()})).status, 0);
+  const struct {
+    const char* name;
+    const char* file;  // under checkpoint/
+    std::function<std::string(std::string)> damage;
+    const char* fault;
+  } cases[] = {
+      {"truncated shard", "step-20/part-2.pt", [](std::string b) { return b.substr(0, b.size() - 100); },
+       "step-20/part-2.pt: truncated or grown: "},
+      {"flipped bit", "step-20/part-1.pt", [](std::string b) { b[b.size() / 3] ^= 0x04; return b; },
+       "step-20/part-1.pt: damaged: CRC-32 "},
+      {"corrupt manifest", "manifest.json", [](std::string b) { return b.substr(0, b.size() / 2); },
+       "manifest.json: corrupt checkpoint manifest: not valid JSON"},
+  };
+  for (const auto& c : cases) {
+    TempDir dir;
+    stopped_at_20(dir.path());
+    const std::string file = dir.path() + "/checkpoint/" + c.file;
+    write_bytes(file, c.damage(read_bytes(file)));
+    // config.json keeps --stop-at-step 20, so the resume from step 16 stops there again (130).
+    const auto resumed = run_cli({"train", "--resume", dir.path(), "--progress", "none"});
+    ASSERT_EQ(resumed.status, 130) << c.name << ": " << resumed.err;
+    EXPECT_EQ(lines_with(resumed.err, "warning: " + file.substr(0, file.size() - std::strlen(c.file))), 1)
+        << c.name << ": " << resumed.err;
+    EXPECT_EQ(lines_with(resumed.err, std::string(c.fault)), 1) << c.name << ": " << resumed.err;
+    EXPECT_EQ(lines_with(resumed.err, "falling back to the previous checkpoint " + dir.path() +
+                                          "/checkpoint/previous.json"), 1) << resumed.err;
+    EXPECT_NE(resumed.err.find("resuming at step 16"), std::string::npos) << c.name << ": " << resumed.err;
+    const auto finished = run_cli({"train", "--resume", dir.path(), "--progress", "none"});
+    ASSERT_EQ(finished.status, 0) << c.name << ": " << finished.err;
+    EXPECT_EQ(finished.err.find("warning"), std::string::npos) << c.name << ": " << finished.err;
+    EXPECT_EQ(summary(dir.path())["test_loss"], summary(whole.path())["test_loss"]) << c.name;
+    EXPECT_EQ(summary(dir.path())["test_accuracy"], summary(whole.path())["test_accuracy"]) << c.name;
+  }
+}
+
+TEST(Cli, ResumeWithBothCheckpointsDamagedExitsOneNamingEach) {
+  TempDir dir;
+  stopped_at_20(dir.path());
+  const std::string c = dir.path() + "/checkpoint/";
+  write_bytes(c + "step-20/part-2.pt", "");
+  write_bytes(c + "step-16/part-1.pt", read_bytes(c + "step-16/part-1.pt").substr(0, 64));
+  const auto r = run_cli({"train", "--resume", dir.path(), "--progress", "none"});
+  expect_one_line_error(r, 1, dir.path() + ": no usable checkpoint: " + c + "step-20/part-2.pt: truncated or grown: 0 bytes");
+  EXPECT_NE(r.err.find(c + "step-16/part-1.pt: truncated or grown: 64 bytes"), std::string::npos) << r.err;
+  // eval takes the same fall-back and fails the same way.
+  expect_one_line_error(run_cli({"eval", "--run", dir.path()}), 1, "no usable checkpoint");
+}
+
+TEST(Cli, ASecondWriterIsRefusedAtOnceEvenBeforeTheFirstCheckpoint) {
+  TempDir dir;
+  const std::string run = dir.path() + "/run";
+  // One long epoch and no checkpoint before its end: the refusal cannot come from the checkpoint.
+  const auto first_args = std::vector<std::string>{"train", "--data", "synthetic:16384", "--batch-size", "16",
+                                                   "--lr", "0.01", "--epochs", "1", "--pipeline", "2",
+                                                   "--threads", "1", "--progress", "none", "--out", run};
+  const pid_t first = start_cli(first_args, dir.path() + "/o", dir.path() + "/e");
+  for (int i = 0; i < 600 && read_bytes(run + "/lock").empty(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  const std::string holder = "pid " + std::to_string(first) + " holds " + run + "/lock";
+  const auto second = run_cli(with(kSmallRun, {"--out", run}));
+  const bool checkpointed = fs::exists(run + "/checkpoint/manifest.json");
+  ASSERT_EQ(waitpid(first, nullptr, WNOHANG), 0) << "the first run ended early: " << read_bytes(dir.path() + "/e");
+  expect_one_line_error(second, 2, "run directory " + run + ": another run is writing there (" + holder + ")");
+  EXPECT_FALSE(checkpointed) << "the first run wrote a checkpoint before the second was refused";
+  const auto resume = run_cli({"train", "--resume", run, "--progress", "none"});
+  expect_one_line_error(resume, 2, "another run is writing there (" + holder + ")");
+  // kill -9 leaves the lock file, but not the lock: the directory is free again.
+  kill(first, SIGKILL);
+  wait_cli(first);
+  ASSERT_TRUE(fs::exists(run + "/lock"));
+  const auto after = run_cli(with(kSmallRun, {"--out", run}));
+  EXPECT_EQ(after.status, 0) << after.err;
 }
 
 }  // namespace

@@ -361,17 +361,63 @@ TEST(Processes, ResumeFromPartitionShardsMatchesAnUninterruptedRun) {
       << slurp(dir.file("resume.log"));
   expect_same_results(ref, run);
 
-  // A manifest whose shards disagree (partition 2 from another step) is refused.
+  // A manifest whose shards disagree (partition 2 from another step, with its true checksum)
+  // is refused; eval falls back to the previous checkpoint, and fails once there is none.
   const auto m = json_file(manifest);
   const std::string other = "step-1/part-2.pt";
   fs::create_directories(run + "/checkpoint/step-1");
   fs::copy_file(run + "/checkpoint/" + m["shards"][0].get<std::string>(), run + "/checkpoint/" + other);
   auto bad = m;
   bad["shards"][1] = other;
+  bad["shard_bytes"][1] = m["shard_bytes"][0];
+  bad["shard_crc32"][1] = m["shard_crc32"][0];
   std::ofstream(manifest) << bad.dump(2);
   const pid_t eval = spawn({"eval", "--run", run}, {}, dir.file("eval.log"));
-  EXPECT_EQ(wait_for(eval, 30), 1);
-  EXPECT_NE(slurp(dir.file("eval.log")).find("disagree"), std::string::npos) << slurp(dir.file("eval.log"));
+  EXPECT_EQ(wait_for(eval, 30), 0) << slurp(dir.file("eval.log"));
+  EXPECT_NE(slurp(dir.file("eval.log")).find("disagree; this checkpoint cannot be resumed; falling back"),
+            std::string::npos) << slurp(dir.file("eval.log"));
+  fs::remove(run + "/checkpoint/previous.json");
+  const pid_t none = spawn({"eval", "--run", run}, {}, dir.file("none.log"));
+  EXPECT_EQ(wait_for(none, 30), 1);
+  EXPECT_NE(slurp(dir.file("none.log")).find("no usable checkpoint"), std::string::npos) << slurp(dir.file("none.log"));
+  EXPECT_NE(slurp(dir.file("none.log")).find("disagree"), std::string::npos) << slurp(dir.file("none.log"));
+}
+
+// The ranks agree on the checkpoint to resume: rank 1's damaged shard of the newest one makes
+// both ranks take the previous one, and the result is still the uninterrupted run's.
+TEST(Processes, ADamagedShardOfOneRankMakesAllRanksResumeFromThePreviousCheckpoint) {
+  TempDir dir;
+  const std::string ref = dir.file("ref"), run = dir.file("run");
+  auto reference = train_args("2", 2, ref, "processes", 2, "synthetic:512");
+  reference.insert(reference.end(), {"--checkpoint-every", "8"});
+  ASSERT_EQ(run_launch(2, reference, dir.file("ref.log"), 60), 0) << slurp(dir.file("ref.log"));
+  auto stopped = train_args("2", 2, run, "processes", 2, "synthetic:512");
+  stopped.insert(stopped.end(), {"--checkpoint-every", "8", "--stop-at-step", "24"});
+  ASSERT_EQ(run_launch(2, stopped, dir.file("run.log"), 60), 130) << slurp(dir.file("run.log"));
+  const auto m = json_file(run + "/checkpoint/manifest.json");
+  ASSERT_EQ(m["format"].get<int>(), 2);
+  ASSERT_EQ(json_file(run + "/checkpoint/previous.json")["step"].get<int>(), 16);
+  // Each rank's digest reached rank 0's manifest.
+  for (int k = 0; k < 2; ++k) {
+    const std::string shard = slurp(run + "/checkpoint/" + m["shards"][k].get<std::string>());
+    EXPECT_EQ(m["shard_bytes"][k].get<int64_t>(), static_cast<int64_t>(shard.size())) << k;
+    EXPECT_EQ(m["shard_crc32"][k].get<uint32_t>(), exec::crc32_of(shard)) << k;
+  }
+  const std::string shard = run + "/checkpoint/step-24/part-2.pt";
+  std::string bytes = slurp(shard);
+  bytes[bytes.size() / 2] ^= 0x01;
+  std::ofstream(shard, std::ios::binary) << bytes;
+  // config.json keeps --stop-at-step 24: the resume from step 16 stops there again (130).
+  ASSERT_EQ(run_launch(2, {"train", "--resume", run, "--progress", "none"}, dir.file("resume.log"), 60), 130)
+      << slurp(dir.file("resume.log"));
+  const std::string log = slurp(dir.file("resume.log"));
+  EXPECT_NE(log.find("[rank 1] warning: " + shard + ": damaged: CRC-32"), std::string::npos) << log;
+  EXPECT_NE(log.find("[rank 0] warning: " + run + "/checkpoint/manifest.json: the shard of partition 2 is damaged"),
+            std::string::npos) << log;
+  EXPECT_NE(log.find("resuming at step 16"), std::string::npos) << log;
+  ASSERT_EQ(run_launch(2, {"train", "--resume", run, "--progress", "none"}, dir.file("end.log"), 60), 0)
+      << slurp(dir.file("end.log"));
+  expect_same_results(ref, run);
 }
 
 }  // namespace

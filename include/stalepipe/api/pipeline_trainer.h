@@ -63,6 +63,10 @@
 #include "stalepipe/partition/plan.h"
 #include "stalepipe/schedule/schedule.h"
 
+namespace stalepipe::exec {
+struct CheckpointInfo;
+}  // namespace stalepipe::exec
+
 namespace stalepipe {
 
 using exec::StepLoss;
@@ -202,10 +206,14 @@ class PipelineTrainer {
   // Throws DivergedError (and writes nothing) if a weight is not finite. With processes every
   // rank writes its shard, rank 0 the manifest. load() restores them into a trainer built
   // with the same model and partitions and continues at the saved step. Both throw
-  // UsageError with mini-batches in flight; load throws RuntimeError if the checkpoint is
-  // missing or does not match the partitions.
+  // UsageError with mini-batches in flight. load() takes the newest checkpoint whose manifest
+  // and shards are whole (sizes and CRC-32s as recorded); when the newest is damaged it says
+  // so in one line to `on_warning` (default: stderr) naming the file and the fault, and takes
+  // the previous one. It throws RuntimeError naming every checkpoint and its fault if none is
+  // good, and if the good one does not match the partitions. With processes the ranks agree
+  // on the checkpoint: one damaged shard rules it out for all.
   void save(const std::string& dir);
-  void load(const std::string& dir);
+  void load(const std::string& dir, const std::function<void(const std::string&)>& on_warning = {});
 
   // --- Parts ------------------------------------------------------------------------------
   const models::Model& model() const { return model_; }
@@ -258,6 +266,8 @@ class PipelineTrainer {
   std::string divergence_message(int64_t step, const std::string& what);
   // 1-based numbers of this process's partitions whose weights hold a NaN or an infinity.
   std::vector<int> partitions_with_bad_weights();
+  std::string load_owned(const std::string& manifest, exec::CheckpointInfo& info);
+  void restore(const exec::CheckpointInfo& info, const std::string& dir);
   void start_segment();
   void join_segment();
 

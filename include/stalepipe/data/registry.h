@@ -11,6 +11,7 @@
 //                           class: its mean pixel value in [0, 1], float [N, 1] (num_classes 0)
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,16 @@ namespace stalepipe {
 namespace data {
 
 constexpr const char* kFashionMnistDefaultDir = "/usr/share/datasets/fashion-mnist";
+
+// A spec as parsed, before anything is read from disk.
+struct DatasetSpec {
+  std::string name;             // one of dataset_names()
+  std::string dir;              // the files' directory; "" for synthetic and synthetic-regression
+  int64_t synthetic_train = 0;  // N of synthetic[-regression]:N; 0 for the default size
+};
+
+// Parses `spec` (the disk is not touched). Throws UsageError as load_dataset does.
+DatasetSpec parse_dataset_spec(const std::string& spec);
 
 // Loads the data set named by `spec`. Throws UsageError for an unknown name (listing the valid
 // ones), a missing DIR where one is required, or a bad N; RuntimeError when DIR does not exist

@@ -25,6 +25,10 @@ class Group {
   virtual void share_from_last(std::vector<double>& values) = 0;
   // Returns once every process has called it.
   virtual void barrier() = 0;
+  // `values` holds one equal slice per partition (values.size() a multiple of the number of
+  // partitions); each process fills the slices of the partitions it owns, and on return every
+  // process holds every slice. A collective call, so it also waits for every process.
+  virtual void gather_partitions(std::vector<int64_t>& values) = 0;
   // Evaluation forward of batch `index` of a pass (eval mode, no graph): the model's output and
   // the target where the last partition runs, undefined tensors elsewhere. x and target matter
   // only where partition 1 runs.

@@ -56,11 +56,15 @@ struct TrainHooks {
 
 // Runs a training run. Throws UsageError for bad options (naming the field) and RuntimeError
 // for failures. With options.run().out set, writes config.json, metrics.jsonl, summary.json
-// and checkpoints there, and refuses a directory that already holds a run.
+// and checkpoints there, and refuses a directory that already holds a run. While it runs it
+// holds a flock on out/lock (rank R > 0 of processes: out/lock.rank-R); a second train() or
+// resume() into the directory throws UsageError at once, naming the pid that holds it.
 TrainResult train(const Options& options, const TrainHooks& hooks = {});
 
-// Continues the run in run_dir from its last checkpoint with the settings of its config.json;
-// `group` says where this process sits when the run uses the processes executor.
+// Continues the run in run_dir from its last whole checkpoint with the settings of its
+// config.json (a damaged newest one: a warning line to hooks.log, then the previous one; see
+// PipelineTrainer::load); locks run_dir as train() does. `group` says where this process
+// sits when the run uses the processes executor.
 TrainResult resume(const std::string& run_dir, const TrainHooks& hooks = {},
                    const exec::ProcessGroupOptions& group = {});
 

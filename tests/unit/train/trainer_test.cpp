@@ -1,4 +1,6 @@
 // End-to-end training runs on synthetic data: determinism, exact resume, hybrid, bad options.
+#include <unistd.h>
+
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
@@ -83,6 +85,35 @@ TEST(Trainer, ResumeAfterCrashEqualsUninterruptedRun) {
     EXPECT_TRUE(test::all_equal(resumed.parameters, reference.parameters)) << "crash at " << crash_at;
     EXPECT_EQ(metrics_lines(dir.path()), metrics_lines(whole.path())) << "crash at " << crash_at;
   }
+}
+
+// While a run writes its directory, a second train() or resume() into it is refused at once,
+// before it loads anything; once the run ends the directory is free again.
+TEST(Trainer, TheRunDirectoryIsLockedWhileARunWritesIt) {
+  test::TempDir dir;
+  std::vector<std::string> refusals;
+  auto hooks = quiet();
+  hooks.on_checkpoint = [&](int64_t step) {
+    if (step != 3) return;
+    for (const auto& attempt : std::vector<std::function<void()>>{
+             [&] { train(small("2", {{"out", dir.path()}}), quiet()); },
+             [&] { resume(dir.path(), quiet()); }}) {
+      try {
+        attempt();
+        refusals.push_back("(not refused)");
+      } catch (const UsageError& e) {
+        refusals.push_back(e.what());
+      }
+    }
+  };
+  train(small("2", {{"checkpoint_every", 3}, {"out", dir.path()}}), hooks);
+  ASSERT_EQ(refusals.size(), 2u);
+  for (const auto& r : refusals) {
+    EXPECT_NE(r.find("run directory " + dir.path() + ": another run is writing there (pid " +
+                     std::to_string(::getpid()) + " holds " + dir.path() + "/lock); wait for it"),
+              std::string::npos) << r;
+  }
+  EXPECT_NO_THROW(resume(dir.path(), quiet()));  // the lock went with the run
 }
 
 TEST(Trainer, StopDrainsCheckpointsAndResumes) {
