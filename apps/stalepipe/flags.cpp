@@ -53,6 +53,8 @@ const std::pair<const char*, const char*> kFlags[] = {
     {"RunOptions::seed", "--seed"},
     {"RunOptions::out", "--out"},
     {"RunOptions::checkpoint_every", "--checkpoint-every"},
+    {"RunOptions::eval_every", "--eval-every"},
+    {"RunOptions::targets", "--targets"},
     {"RunOptions::progress", "--progress"},
     {"RunOptions::trace", "--trace"},
     {"ProcessGroupOptions::world_size", "--world-size"},
@@ -147,6 +149,8 @@ void add_option_flags(CLI::App& app, Options& o, TrainFlags& text) {
   app.add_option("--threads-per-worker", p.threads_per_worker(), "intra-op threads per partition (0: threads / partitions)")->capture_default_str();
   app.add_option("--out", r.out(), "run directory: config.json, metrics.jsonl, summary.json, checkpoint/");
   app.add_option("--checkpoint-every", r.checkpoint_every(), "also checkpoint every N steps (0: at epoch ends only)")->capture_default_str();
+  app.add_option("--eval-every", r.eval_every(), "also evaluate on the test set every N steps, for accuracy against training time (0: at epoch ends only)")->capture_default_str();
+  app.add_option("--targets", r.targets(), "test accuracies (%) whose first training time summary.json reports, e.g. 85,90,92")->delimiter(',');
   app.add_option("--eval-batch-size", d.eval_batch_size(), "batch size for evaluation")->capture_default_str();
   app.add_option("--progress", text.progress, "auto | bar | lines | none")->capture_default_str();
   app.add_option("--trace", r.trace(), "write a Chrome trace (Perfetto) of every op to FILE and its space-time SVG to FILE.svg");

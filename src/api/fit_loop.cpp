@@ -17,6 +17,9 @@ double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
+// The first multiple of `every` after `step`; kNever without one.
+int64_t next_multiple(int64_t step, int64_t every) { return every > 0 ? (step / every + 1) * every : kNever; }
+
 }  // namespace
 
 FitResult PipelineTrainer::fit(BatchSource& train, const FitHooks& hooks, BatchSource* test) {
@@ -29,9 +32,7 @@ int64_t PipelineTrainer::segment_end(int64_t epoch_end) const {
   int64_t end = std::min(epoch_end, next_step_ + options_.pipeline().segment_steps());
   if (total_steps_ >= 0) end = std::min(end, total_steps_);
   if (info_.hybrid_switch_step > next_step_) end = std::min(end, info_.hybrid_switch_step);
-  if (run.checkpoint_every() > 0) {
-    end = std::min(end, (next_step_ / run.checkpoint_every() + 1) * run.checkpoint_every());
-  }
+  end = std::min({end, next_multiple(next_step_, run.checkpoint_every()), next_multiple(next_step_, run.eval_every())});
   if (run.stop_at_step() > next_step_) end = std::min(end, run.stop_at_step());
   return end;
 }
@@ -110,6 +111,11 @@ FitResult PipelineTrainer::run_epochs(BatchSource& train, BatchSource* test, int
       const bool stop_at = stop_step > first && next_step_ >= stop_step && !run_end;
       if (!seg.stopped && !stop_at && !epoch_over) warn_if_reduced(seg, first, hooks);
       stop_after_epoch = stop_at && epoch_over;  // the epoch is finished (evaluated, saved) first
+      const int64_t eval_every = options_.run().eval_every();
+      if (test && eval_every > 0 && next_step_ > first && next_step_ % eval_every == 0 && !epoch_over) {
+        const EvalPoint point = evaluate_point(*test, spe);  // before a stop's checkpoint, as at an epoch end
+        if (hooks.on_eval) hooks.on_eval(point);
+      }
       if (seg.stopped || (stop_at && !epoch_over)) {
         result.stopped = true;
         if (hooks.on_checkpoint) hooks.on_checkpoint(next_step_);
@@ -123,7 +129,7 @@ FitResult PipelineTrainer::run_epochs(BatchSource& train, BatchSource* test, int
     }
     if (result.stopped) break;
     const bool losses_here = totals_.samples > 0;
-    result.epochs.push_back(finish_epoch(test));
+    result.epochs.push_back(finish_epoch(test, spe, hooks));
     if (!losses_here) trained += static_cast<double>(result.epochs.back().samples);  // processes: not the last rank
     if (hooks.on_epoch) hooks.on_epoch(result.epochs.back());
     if (hooks.on_checkpoint) hooks.on_checkpoint(next_step_);
@@ -138,7 +144,16 @@ FitResult PipelineTrainer::run_epochs(BatchSource& train, BatchSource* test, int
   return result;
 }
 
-EpochSummary PipelineTrainer::finish_epoch(BatchSource* test) {
+EvalPoint PipelineTrainer::evaluate_point(BatchSource& test, int64_t steps_per_epoch) {
+  EvalPoint point;
+  point.step = next_step_;
+  point.epoch = steps_per_epoch > 0 ? static_cast<double>(next_step_) / static_cast<double>(steps_per_epoch) : 0;
+  point.wall_seconds = wall_seconds_;
+  point.result = evaluate(test);
+  return point;
+}
+
+EpochSummary PipelineTrainer::finish_epoch(BatchSource* test, int64_t steps_per_epoch, const FitHooks& hooks) {
   std::vector<double> t{totals_.loss_sum, static_cast<double>(totals_.correct),
                         static_cast<double>(totals_.samples), static_cast<double>(totals_.scored)};
   group_->share_from_last(t);  // with processes the losses arrive at the last rank only
@@ -152,10 +167,13 @@ EpochSummary PipelineTrainer::finish_epoch(BatchSource* test) {
   m.images_per_second = totals_.seconds > 0 ? t[2] / totals_.seconds : 0;
   m.wall_seconds = wall_seconds_;
   if (test) {
-    const EvalResult e = evaluate(*test);
+    EvalPoint point = evaluate_point(*test, steps_per_epoch);
+    point.epoch_end = true;
+    point.epoch = static_cast<double>(m.epoch);
     m.evaluated = true;
-    m.test_loss = e.loss;
-    m.test_accuracy = e.accuracy;
+    m.test_loss = point.result.loss;
+    m.test_accuracy = point.result.accuracy;
+    if (hooks.on_eval) hooks.on_eval(point);
   }
   totals_ = {};
   epoch_begin_ = next_step_;

@@ -45,6 +45,10 @@ void check_run(const RunOptions& o) {
   SP_CHECK_ARG(o.stop_at_step() >= 0, "RunOptions::stop_at_step must be >= 0, got ", o.stop_at_step());
   SP_CHECK_ARG(o.checkpoint_every() >= 0, "RunOptions::checkpoint_every must be >= 0, got ",
                o.checkpoint_every());
+  SP_CHECK_ARG(o.eval_every() >= 0, "RunOptions::eval_every must be >= 0, got ", o.eval_every());
+  for (double target : o.targets()) {
+    SP_CHECK_ARG(target > 0 && target <= 100, "RunOptions::targets must be accuracies in (0, 100] %, got ", target);
+  }
   SP_CHECK_ARG(o.dropout() >= 0 && o.dropout() < 1, "RunOptions::dropout must be in [0, 1), got ", o.dropout());
   SP_CHECK_ARG(o.dropout() == 0 || o.model_file().empty(), "RunOptions::dropout places dropout in a zoo network; "
                "the model file ", o.model_file(), " brings its own");

@@ -87,17 +87,18 @@ struct Name {
   X(pipeline, hybrid_norm_reset, "hybrid_norm_reset", Plain)                                     \
   X(run, stop_at_step, "stop_at_step", Plain) X(pipeline, profile_batch, "profile_batch", Plain) \
   X(pipeline, segment_steps, "segment_steps", Plain) X(run, dropout, "dropout", Plain)         \
-  X(optimizer, loss, "loss", LossName) X(run, model_file, "model_file", Plain)
+  X(optimizer, loss, "loss", LossName) X(run, model_file, "model_file", Plain)                  \
+  X(run, eval_every, "eval_every", Plain) X(run, targets, "targets", Plain)
 
 // What does not change the trained weights.
 const char* const kNotHashed[] = {"out", "progress", "executor", "threads", "devices", "trace",
-                                  "stop_at_step", "profile_batch"};
+                                  "stop_at_step", "profile_batch", "targets"};
 // Fields added after 0.1: left out of the hash while at their default, so that older runs
 // keep their hash.
 const char* const kHashedWhenSet[] = {"micro_batches", "delay_aware_lr", "delay_lr_anneal_epochs",
                                       "weight_prediction", "spike_compensation", "fixed_weight_norm",
                                       "hybrid_norm_reset", "segment_steps", "dropout", "loss",
-                                      "model_file"};
+                                      "model_file", "eval_every"};
 // Not in the files of 0.2 (the legacy hash's JSON).
 const char* const kNewIn03[] = {"stop_at_step", "profile_batch", "segment_steps", "model_file"};
 

@@ -12,70 +12,19 @@
 #include "stalepipe/common/files.h"
 #include "stalepipe/partition/plan.h"
 #include "stalepipe/study/sweep.h"
+#include "finished_runs_impl.h"
 #include "svg_chart_impl.h"
+#include "time_to_accuracy_impl.h"
 
 namespace stalepipe::study {
 namespace fs = std::filesystem;
 namespace {
 
-struct Finished {
-  const PlannedRun* run;
-  nlohmann::json summary;  // null for a diverged run
-  std::vector<double> test_accuracy_per_epoch;
-  bool diverged() const { return summary.is_null(); }
-};
-
-struct Spread {
-  double mean = 0, std = 0;  // sample standard deviation; 0 for one value
-  size_t n = 0;
-};
-
-Spread spread(const std::vector<double>& v) {
-  Spread s;
-  s.n = v.size();
-  if (v.empty()) return s;
-  for (double x : v) s.mean += x;
-  s.mean /= static_cast<double>(v.size());
-  if (v.size() > 1) {
-    double ss = 0;
-    for (double x : v) ss += (x - s.mean) * (x - s.mean);
-    s.std = std::sqrt(ss / static_cast<double>(v.size() - 1));
-  }
-  return s;
-}
-
-std::string fixed(double v, int digits) {
-  std::ostringstream out;
-  out.setf(std::ios::fixed);
-  out.precision(digits);
-  out << v;
-  return out.str();
-}
-
-}  // namespace
-
-namespace {
-
-// The runs of an experiment that have a result (summary.json, or diverged.json).
-std::vector<Finished> read_finished(const Experiment& experiment) {
-  std::vector<Finished> done;
-  for (const auto& run : experiment.runs) {
-    const fs::path dir = run.options.run().out();
-    if (fs::exists(dir / "diverged.json") && !fs::exists(dir / "summary.json")) {
-      done.push_back(Finished{&run, nlohmann::json(), {}});
-      continue;
-    }
-    if (!fs::exists(dir / "summary.json")) continue;
-    Finished f{&run, read_json_file((dir / "summary.json").string()), {}};
-    std::ifstream metrics(dir / "metrics.jsonl");
-    std::string line;
-    while (std::getline(metrics, line)) {
-      f.test_accuracy_per_epoch.push_back(nlohmann::json::parse(line).at("test_accuracy").get<double>());
-    }
-    done.push_back(std::move(f));
-  }
-  return done;
-}
+using detail::ByName;
+using detail::Finished;
+using detail::Spread;
+using detail::fixed;
+using detail::spread;
 
 // results.csv: one row per run and seed.
 void write_csv(const Experiment& experiment, const std::vector<Finished>& done) {
@@ -101,43 +50,6 @@ void write_csv(const Experiment& experiment, const std::vector<Finished>& done) 
   }
   write_file_atomic((fs::path(experiment.out) / "results.csv").string(), csv.str());
 }
-
-// The finished runs by name, in file order, and what the tables read of each name's seeds.
-struct ByName {
-  std::vector<std::string> order;
-  std::map<std::string, std::vector<const Finished*>> runs;
-  std::string baseline;  // the run marked baseline, if any
-
-  explicit ByName(const std::vector<Finished>& done) {
-    for (const auto& f : done) {
-      if (!runs.count(f.run->name)) order.push_back(f.run->name);
-      runs[f.run->name].push_back(&f);
-    }
-    for (const auto& name : order) {
-      if (runs[name].front()->run->baseline) baseline = name;
-    }
-  }
-  // Test accuracies (%) of the seeds that did not diverge.
-  std::vector<double> accuracies(const std::string& name) {
-    std::vector<double> v;
-    for (const auto* f : runs[name]) {
-      if (!f->diverged()) v.push_back(100 * f->summary.at("test_accuracy").get<double>());
-    }
-    return v;
-  }
-  // The run's first seed that did not diverge describes its settings; null if all diverged.
-  const Finished* described(const std::string& name) {
-    for (const auto* f : runs[name]) {
-      if (!f->diverged()) return f;
-    }
-    return nullptr;
-  }
-  size_t diverged_count(const std::string& name) {
-    size_t n = 0;
-    for (const auto* f : runs[name]) n += f->diverged();
-    return n;
-  }
-};
 
 // One results.md row of run `name`; adds its point to `drops` when there is a baseline.
 void write_row(std::ostringstream& md, ByName& g, const std::string& name, const Spread& base,
@@ -185,6 +97,7 @@ std::vector<detail::Series> write_markdown(const Experiment& experiment, ByName&
   md << "\nAccuracy: mean ± sample standard deviation over the seeds that did not diverge; "
         "drop: baseline ("
      << (g.baseline.empty() ? "none" : g.baseline) << ") mean minus run mean.\n";
+  md << detail::time_to_target_markdown(g);
   write_file_atomic((fs::path(experiment.out) / "results.md").string(), md.str());
   return drops;
 }
@@ -215,7 +128,7 @@ std::vector<detail::Series> accuracy_curves(ByName& g) {
 }  // namespace
 
 void write_results(const Experiment& experiment) {
-  const std::vector<Finished> done = read_finished(experiment);
+  const std::vector<Finished> done = detail::read_finished(experiment);
   fs::create_directories(experiment.out);
   write_csv(experiment, done);
   ByName g(done);
@@ -224,6 +137,12 @@ void write_results(const Experiment& experiment) {
   write_file_atomic((fs::path(experiment.out) / "accuracy.svg").string(),
                     detail::svg_chart(title + ": test accuracy", "epoch", "test accuracy (%)",
                                       accuracy_curves(g), true));
+  const auto over_time = detail::accuracy_time_curves(g);
+  if (!over_time.empty()) {
+    write_file_atomic((fs::path(experiment.out) / "accuracy_vs_time.svg").string(),
+                      detail::svg_chart(title + ": test accuracy against training time", "training time (s)",
+                                        "test accuracy (%)", over_time, true));
+  }
   write_file_atomic((fs::path(experiment.out) / "drop_vs_stale.svg").string(),
                     detail::svg_chart(title + ": accuracy drop vs stale weights", "stale weights (%)",
                                       "drop against the baseline (points)", drops, false));

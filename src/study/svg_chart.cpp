@@ -94,13 +94,20 @@ std::string svg_chart(const std::string& title, const std::string& x_label,
   for (size_t k = 0; k < series.size(); ++k) {
     const auto& s = series[k];
     const char* color = kColors[k % (sizeof kColors / sizeof *kColors)];
+    const bool band = draw_lines && s.x.size() > 1 && s.y_spread.size() == s.x.size();
+    if (band) {  // the spread as a shaded band around the line
+      svg << "<polygon fill='" << color << "' fill-opacity='0.18' stroke='none' points='";
+      for (size_t i = 0; i < s.x.size(); ++i) svg << px(s.x[i]) << "," << py(s.y[i] + s.y_spread[i]) << " ";
+      for (size_t i = s.x.size(); i-- > 0;) svg << px(s.x[i]) << "," << py(s.y[i] - s.y_spread[i]) << " ";
+      svg << "'/>\n";
+    }
     if (draw_lines && s.x.size() > 1) {
       svg << "<polyline fill='none' stroke='" << color << "' stroke-width='2' points='";
       for (size_t i = 0; i < s.x.size(); ++i) svg << px(s.x[i]) << "," << py(s.y[i]) << " ";
       svg << "'/>\n";
     }
     for (size_t i = 0; i < s.x.size(); ++i) {
-      if (i < s.y_spread.size() && s.y_spread[i] > 0) {
+      if (!band && i < s.y_spread.size() && s.y_spread[i] > 0) {
         svg << "<line x1='" << px(s.x[i]) << "' y1='" << py(s.y[i] - s.y_spread[i]) << "' x2='"
             << px(s.x[i]) << "' y2='" << py(s.y[i] + s.y_spread[i]) << "' stroke='" << color << "'/>\n";
       }

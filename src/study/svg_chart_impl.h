@@ -9,7 +9,9 @@ namespace stalepipe::study::detail {
 struct Series {
   std::string label;
   std::vector<double> x, y;
-  std::vector<double> y_spread;  // optional: half-width of an error bar per point
+  // Optional: half-width of the spread per point, drawn as error bars (or, for lines with a
+  // spread at every point, as a band).
+  std::vector<double> y_spread;
 };
 
 // Lines with markers (draw_lines) or markers only, with axes, ticks, a legend and labels.

@@ -20,7 +20,8 @@ std::string in_dir(const std::string& run_dir, const char* name) { return (fs::p
 
 // Accuracy keys only where the metric scored samples (not for a regression target).
 nlohmann::json metrics_json(const EpochSummary& m) {
-  nlohmann::json j = {{"epoch", m.epoch}, {"step", m.end_step}, {"lr", m.lr}, {"train_loss", m.train_loss}};
+  nlohmann::json j = {{"type", "epoch"}, {"epoch", m.epoch}, {"step", m.end_step}, {"lr", m.lr},
+                      {"train_loss", m.train_loss}};
   if (m.train_accuracy) j["train_accuracy"] = *m.train_accuracy;
   if (m.evaluated) j["test_loss"] = m.test_loss;
   if (m.test_accuracy) j["test_accuracy"] = *m.test_accuracy;
@@ -32,6 +33,35 @@ nlohmann::json metrics_json(const EpochSummary& m) {
 std::optional<double> optional_number(const nlohmann::json& j, const char* key) {
   if (!j.contains(key)) return std::nullopt;
   return j.at(key).get<double>();
+}
+
+nlohmann::json metrics_json(const EvalPoint& p) {
+  nlohmann::json j = {{"type", "eval"}, {"step", p.step}, {"epoch", p.epoch}, {"wall_seconds", p.wall_seconds},
+                      {"test_loss", p.result.loss}};
+  if (p.result.accuracy) j["test_accuracy"] = *p.result.accuracy;
+  return j;
+}
+
+EvalPoint eval_from_json(const nlohmann::json& j) {
+  EvalPoint p;
+  p.step = j.value("step", int64_t{0});
+  p.epoch = j.value("epoch", 0.0);
+  p.wall_seconds = j.value("wall_seconds", 0.0);
+  p.result.loss = j.value("test_loss", 0.0);
+  p.result.accuracy = optional_number(j, "test_accuracy");
+  return p;
+}
+
+// The evaluation an epoch line records.
+EvalPoint epoch_evaluation(const EpochSummary& m) {
+  EvalPoint p;
+  p.step = m.end_step;
+  p.epoch = static_cast<double>(m.epoch);
+  p.wall_seconds = m.wall_seconds;
+  p.epoch_end = true;
+  p.result.loss = m.test_loss;
+  p.result.accuracy = m.test_accuracy;
+  return p;
 }
 
 EpochSummary metrics_from_json(const nlohmann::json& j) {
@@ -61,22 +91,48 @@ void append_metrics(const std::string& run_dir, const EpochSummary& epoch) {
   std::ofstream(in_dir(run_dir, "metrics.jsonl"), std::ios::app) << metrics_json(epoch).dump() << "\n";
 }
 
-std::vector<EpochSummary> reload_metrics(const std::string& run_dir, int64_t epochs) {
+void append_metrics(const std::string& run_dir, const EvalPoint& evaluation) {
+  std::ofstream(in_dir(run_dir, "metrics.jsonl"), std::ios::app) << metrics_json(evaluation).dump() << "\n";
+}
+
+MetricsHistory reload_metrics(const std::string& run_dir, int64_t epochs, int64_t step) {
   const std::string path = in_dir(run_dir, "metrics.jsonl");
-  std::vector<EpochSummary> kept;
+  MetricsHistory kept;
   std::string text;
   std::ifstream in(path);
   std::string line;
-  while (static_cast<int64_t>(kept.size()) < epochs && std::getline(in, line)) {
+  for (int64_t number = 1; std::getline(in, line); ++number) {
     const auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-    SP_CHECK(!j.is_discarded(), path, ": line ", kept.size() + 1, " is not JSON");
-    kept.push_back(metrics_from_json(j));
+    SP_CHECK(j.is_object(), path, ": line ", number, " is not a JSON object");
+    if (j.value("step", int64_t{0}) > step) break;  // written after the checkpoint resumed from
     text += line + "\n";
+    if (j.value("type", std::string("epoch")) == "eval") {
+      kept.evaluations.push_back(eval_from_json(j));
+      continue;
+    }
+    const EpochSummary m = metrics_from_json(j);
+    kept.epochs.push_back(m);
+    if (m.evaluated) kept.evaluations.push_back(epoch_evaluation(m));
   }
-  SP_CHECK(static_cast<int64_t>(kept.size()) == epochs, path, ": has ", kept.size(),
-           " epoch lines but the checkpoint is after epoch ", epochs);
+  SP_CHECK(static_cast<int64_t>(kept.epochs.size()) == epochs, path, ": has ", kept.epochs.size(),
+           " epoch lines up to step ", step, " but the checkpoint is after epoch ", epochs);
   write_file_atomic(path, text);
   return kept;
+}
+
+nlohmann::json time_to_target_json(const std::vector<TargetTime>& times) {
+  nlohmann::json list = nlohmann::json::array();
+  for (const TargetTime& t : times) {
+    nlohmann::json j = {{"target", t.target}, {"reached", t.reached.has_value()}};
+    if (t.reached) {
+      j["step"] = t.reached->step;
+      j["epoch"] = t.reached->epoch;
+      j["wall_seconds"] = t.reached->wall_seconds;
+      j["test_accuracy"] = t.reached->result.accuracy.value_or(0);
+    }
+    list.push_back(j);
+  }
+  return list;
 }
 
 nlohmann::json staleness_json(const PipelineInfo& info) {

@@ -1,5 +1,6 @@
-// The files of a run directory besides the checkpoint: config.json, metrics.jsonl (one line
-// per epoch) and summary.json; and the peak memory the summary reports.
+// The files of a run directory besides the checkpoint: config.json, metrics.jsonl (in step
+// order, a line of "type" "epoch" per epoch, with its evaluation, and of "type" "eval" per
+// evaluation within an epoch) and summary.json; and the peak memory the summary reports.
 #pragma once
 
 #include <string>
@@ -8,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "stalepipe/api/pipeline_trainer.h"
+#include "stalepipe/train/time_to_target.h"
 
 namespace stalepipe::train {
 
@@ -15,9 +17,18 @@ void write_config(const std::string& run_dir, const Options& options);
 // metrics.jsonl starts empty.
 void start_metrics(const std::string& run_dir);
 void append_metrics(const std::string& run_dir, const EpochSummary& epoch);
-// Keeps the first `epochs` lines of metrics.jsonl (a resumed run rewrites the rest) and
-// returns them. Throws RuntimeError if there are fewer or a line is not JSON.
-std::vector<EpochSummary> reload_metrics(const std::string& run_dir, int64_t epochs);
+void append_metrics(const std::string& run_dir, const EvalPoint& evaluation);
+
+struct MetricsHistory {
+  std::vector<EpochSummary> epochs;
+  std::vector<EvalPoint> evaluations;  // the eval lines and the epoch lines' evaluations
+};
+// Keeps the lines of metrics.jsonl up to global step `step` (a resumed run rewrites the rest;
+// lines without a type, as 0.3 wrote them, are epochs) and returns them. Throws RuntimeError
+// if a line is not JSON or the epoch lines kept are not `epochs`.
+MetricsHistory reload_metrics(const std::string& run_dir, int64_t epochs, int64_t step);
+// summary.json's "time_to_target": per target, reached or not, and where.
+nlohmann::json time_to_target_json(const std::vector<TargetTime>& times);
 // The staleness the schedule implies and the staleness as it ran, for summary.json.
 nlohmann::json staleness_json(const PipelineInfo& info);
 void write_summary(const std::string& run_dir, const nlohmann::json& summary);

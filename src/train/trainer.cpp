@@ -172,6 +172,9 @@ nlohmann::json summary_json(Run& run, const TrainResult& r) {
                       {"config_hash", config_hash(o)}};
   s.update(staleness_json(r.info));
   if (r.test_accuracy) s["test_accuracy"] = *r.test_accuracy;
+  s["evaluations"] = r.evaluations.size();
+  s["eval_every"] = o.run().eval_every();
+  s["time_to_target"] = time_to_target_json(r.time_to_target);
   return s;
 }
 
@@ -205,7 +208,13 @@ TrainResult run_training(Run& run, bool resumed, const TrainHooks& hooks) {
   if (!out.empty() && leader) {
     fs::create_directories(out);
     if (!resumed) write_config(out, o);
-    if (resumed) result.epochs = reload_metrics(out, t.epochs_done()); else start_metrics(out);
+    if (resumed) {
+      MetricsHistory history = reload_metrics(out, t.epochs_done(), t.step());
+      result.epochs = std::move(history.epochs);
+      result.evaluations = std::move(history.evaluations);
+    } else {
+      start_metrics(out);
+    }
   }
   log_setup(run, log);
   if (resumed) log(c10::str("resuming at step ", t.step(), " (epoch ", t.epochs_done() + 1, ")"));
@@ -230,6 +239,13 @@ TrainResult run_training(Run& run, bool resumed, const TrainHooks& hooks) {
     log(c10::str("epoch ", m.epoch, "/", epochs, "  step ", m.end_step, "  lr ", m.lr,
                  "  train loss ", m.train_loss, accuracy_text(m.train_accuracy), "  test loss ", m.test_loss,
                  accuracy_text(m.test_accuracy), "  ", static_cast<int64_t>(m.images_per_second), " img/s"));
+  };
+  fit.on_eval = [&](const EvalPoint& p) {
+    result.evaluations.push_back(p);
+    if (p.epoch_end) return;  // the epoch's line records it
+    if (!out.empty() && leader) append_metrics(out, p);
+    log(c10::str("eval at step ", p.step, " (epoch ", p.epoch, ")  test loss ", p.result.loss,
+                 accuracy_text(p.result.accuracy), "  after ", p.wall_seconds, " s training"));
   };
   fit.on_checkpoint = [&](int64_t step) {
     if (out.empty()) return;
@@ -271,10 +287,16 @@ TrainResult conclude(Run& run, TrainResult result, const FitResult& fitted, cons
     result.train_loss = result.epochs.back().train_loss;
   }
   result.parameters = t.parameters();
+  result.time_to_target = time_to_targets(result.evaluations, run.options.run().targets());
   if (!out.empty() && t.group().leader()) write_summary(out, summary_json(run, result));
   log(c10::str("done: test", result.test_accuracy ? c10::str(" accuracy ", *result.test_accuracy) : c10::str(" loss ", result.test_loss),
                ", ", static_cast<int64_t>(result.images_per_second),
                " img/s, ", result.wall_seconds, " s training", out.empty() ? "" : ", results in " + out));
+  for (const TargetTime& target : result.time_to_target) {
+    log(target.reached ? c10::str("target ", target.target, "%: reached at step ", target.reached->step, " (epoch ",
+                                  target.reached->epoch, ") after ", target.reached->wall_seconds, " s training")
+                       : c10::str("target ", target.target, "%: not reached"));
+  }
   if (hooks.on_trained) hooks.on_trained(t);
   return result;
 }

@@ -109,6 +109,23 @@ TEST(Cli, RegressionMetricsHaveNoAccuracy) {
   EXPECT_EQ(eval.out.find("test_accuracy"), std::string::npos);
 }
 
+TEST(Cli, EvalEveryAndTargetsReportTheTimeToAccuracy) {
+  TempDir dir;
+  const auto r = run_cli({"train", "--data", "synthetic:96", "--batch-size", "32", "--epochs", "2", "--pipeline", "2",
+                          "--threads", "2", "--eval-every", "2", "--targets", "1,100", "--progress", "none",
+                          "--out", dir.path()});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.err.find("eval at step 2 (epoch 0.666667)  test loss "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("target 1%: reached at step 2 "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("target 100%: not reached"), std::string::npos) << r.err;
+  std::ifstream in(dir.path() + "/summary.json");
+  const auto summary = nlohmann::json::parse(in);
+  EXPECT_EQ(summary.at("evaluations"), 4);  // steps 2, 3 (epoch 1), 4 and 6 (epoch 2)
+  expect_one_line_error(run_cli(with(kSmallRun, {"--targets", "90,150"})), 2,
+                        "--targets must be accuracies in (0, 100] %, got 150");
+  expect_one_line_error(run_cli(with(kSmallRun, {"--eval-every", "-3"})), 2, "--eval-every must be >= 0, got -3");
+}
+
 TEST(Cli, NormMitigationsNeedABatchNormModelAndTheHybridSchedule) {
   expect_one_line_error(run_cli(with(kSmallRun, {"--fixed-weight-norm"})), 2,
                         "--fixed-weight-norm: model lenet5 has no bias-free conv or linear layer followed by a batch norm");

@@ -149,6 +149,12 @@ struct RunOptions {
   TORCH_ARG(uint64_t, seed) = 1;             // initialisation, shuffling, augmentation
   TORCH_ARG(std::string, out) = "";          // run directory; empty = none
   TORCH_ARG(int64_t, checkpoint_every) = 0;  // also checkpoint every N steps; 0 = per epoch
+  // Also evaluate on the test set every N global steps (the pipeline drains there, as at an
+  // epoch end), for accuracy against training time; 0 = at epoch ends only.
+  TORCH_ARG(int64_t, eval_every) = 0;
+  // Test accuracies (%) whose first training time and step summary.json reports (reached or
+  // not); they change nothing in training.
+  TORCH_ARG(std::vector<double>, targets) = {};
   TORCH_ARG(ProgressMode, progress) = ProgressMode::kAuto;
   TORCH_ARG(std::string, trace) = "";        // Chrome trace JSON of every op (+ FILE.svg)
 };

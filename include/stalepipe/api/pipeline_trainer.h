@@ -16,8 +16,9 @@
 // at backward time with the activations saved by the forward, and its update is applied at
 // once. Mini-batches stream without a flush between *segment boundaries*, where the pipeline
 // drains (every update of every fed mini-batch is applied): the end of an epoch, every
-// RunOptions::checkpoint_every steps, the hybrid switch, RunOptions::stop_at_step, a stop
-// request, flush()/finish(), and every PipelineOptions::segment_steps mini-batches.
+// RunOptions::checkpoint_every and RunOptions::eval_every steps, the hybrid switch,
+// RunOptions::stop_at_step, a stop request, flush()/finish(), and every
+// PipelineOptions::segment_steps mini-batches.
 //
 // Epoch-valued options (the learning-rate schedule, warmup_epochs, delay_lr_anneal_epochs, a
 // hybrid switch in epochs) need the epoch length: pass steps_per_epoch to the constructor (or
@@ -93,6 +94,16 @@ struct EvalResult {
   int64_t samples = 0;
 };
 
+// One evaluation of fit on its test source: after each epoch and every RunOptions::eval_every
+// global steps; the points of test accuracy against training time.
+struct EvalPoint {
+  int64_t step = 0;           // global steps trained when evaluated
+  double epoch = 0;           // the same in epochs (step / steps per epoch; 0 if unknown)
+  double wall_seconds = 0;    // training seconds since the run began (evaluation excluded)
+  bool epoch_end = false;     // the evaluation of an epoch (EpochSummary has it too); epoch is its number
+  EvalResult result;
+};
+
 // What building the pipeline resolved, and the staleness the run has had so far.
 struct PipelineInfo {
   std::vector<int> ppv;                      // registers after these weight layers
@@ -128,6 +139,8 @@ class BatchSource {
 struct FitHooks {
   // Every mini-batch's loss, in step order (where the last partition runs).
   std::function<void(const StepLoss&)> on_step;
+  // After each evaluation on the test source (before on_epoch at an epoch end).
+  std::function<void(const EvalPoint&)> on_eval;
   // After each epoch's drain and evaluation (save() is allowed).
   std::function<void(const EpochSummary&)> on_epoch;
   // Where a checkpoint belongs: every RunOptions::checkpoint_every steps within an epoch, after
@@ -166,7 +179,8 @@ class PipelineTrainer {
   // --- The loop ---------------------------------------------------------------------------
   // Trains from step() until RunOptions::epochs epochs are done (counted over the trainer's
   // life) or RunOptions::max_steps mini-batches, or until stopped; evaluates on `test` (if
-  // given) after each epoch.
+  // given) after each epoch and, mid-epoch, where a segment ends at a multiple of
+  // RunOptions::eval_every (also when it is stopped there).
   FitResult fit(BatchSource& train, const FitHooks& hooks = {}, BatchSource* test = nullptr);
   // `epochs` passes over `loader`: any range whose elements are batches with tensor members
   // `data` and `target` (torch::data::Example<>, e.g. a torch::data loader with the Stack<>
@@ -261,7 +275,8 @@ class PipelineTrainer {
   Segment run_fit_segment(BatchSource& source, int64_t end, const FitHooks& hooks);
   int64_t segment_end(int64_t epoch_end) const;
   FitResult run_epochs(BatchSource& train, BatchSource* test, int64_t last_epoch, const FitHooks& hooks);
-  EpochSummary finish_epoch(BatchSource* test);
+  EpochSummary finish_epoch(BatchSource* test, int64_t steps_per_epoch, const FitHooks& hooks);
+  EvalPoint evaluate_point(BatchSource& test, int64_t steps_per_epoch);
   void warn_if_reduced(const Segment& segment, int64_t first, const FitHooks& hooks);
   std::string divergence_message(int64_t step, const std::string& what);
   // 1-based numbers of this process's partitions whose weights hold a NaN or an infinity.

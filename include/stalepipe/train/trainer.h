@@ -22,6 +22,7 @@
 #include "stalepipe/api/options.h"
 #include "stalepipe/api/pipeline_trainer.h"
 #include "stalepipe/common/error.h"
+#include "stalepipe/train/time_to_target.h"
 
 namespace stalepipe::train {
 
@@ -32,6 +33,8 @@ using stalepipe::DivergedError;
 
 struct TrainResult {
   std::vector<EpochSummary> epochs;  // every epoch of the run (a resumed run: all sittings)
+  std::vector<EvalPoint> evaluations;  // every test evaluation (epoch ends, RunOptions::eval_every), all sittings
+  std::vector<TargetTime> time_to_target;  // per RunOptions::targets, from `evaluations`
   PipelineInfo info;                 // the cut, its schedule's staleness and, in info.ran, the measured one
   int64_t steps = 0;
   std::optional<double> test_accuracy;  // none where the metric scores no sample

@@ -62,6 +62,25 @@ TEST(Sweep, TrainsMissingSkipsFinishedAndTabulates) {
   }
 }
 
+TEST(Sweep, TabulatesTheTimeToEachTargetAndPlotsAccuracyAgainstTime) {
+  test::TempDir dir;
+  nlohmann::json runs = kRuns;
+  for (auto& run : runs) {
+    run["eval_every"] = 2;
+    run["targets"] = {1, 100};
+  }
+  const auto ex = load_experiment(write_experiment(dir, runs));
+  run_sweep(ex, {});
+  std::stringstream md, svg;
+  md << std::ifstream(ex.out + "/results.md").rdbuf();
+  EXPECT_NE(md.str().find("| run | seeds | to 1% | to 100% |"), std::string::npos) << md.str();
+  EXPECT_NE(md.str().find("| not reached |\n"), std::string::npos) << md.str();  // 100%
+  EXPECT_NE(md.str().find("x) | not reached |"), std::string::npos) << md.str();  // ppv2's speed-up at 1%
+  svg << std::ifstream(ex.out + "/accuracy_vs_time.svg").rdbuf();
+  EXPECT_NE(svg.str().find("<polygon"), std::string::npos);  // the seeds' band
+  EXPECT_NE(svg.str().find("ppv2"), std::string::npos);
+}
+
 TEST(Sweep, OneSweepPerSeedTrainsOnlyThatSeed) {
   test::TempDir dir;
   const auto ex = load_experiment(write_experiment(dir, kRuns));
