@@ -11,7 +11,7 @@ namespace stalepipe::study::detail {
 namespace fs = std::filesystem;
 namespace {
 
-// metrics.jsonl: epoch lines (no "type" before 0.4) and, from 0.4, eval lines within epochs.
+// metrics.jsonl: epoch lines (no "type" in 0.2) and, from 0.3, eval lines within epochs.
 void read_metrics(const fs::path& path, Finished& f) {
   std::ifstream metrics(path);
   std::string line;

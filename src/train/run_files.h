@@ -24,7 +24,7 @@ struct MetricsHistory {
   std::vector<EvalPoint> evaluations;  // the eval lines and the epoch lines' evaluations
 };
 // Keeps the lines of metrics.jsonl up to global step `step` (a resumed run rewrites the rest;
-// lines without a type, as 0.3 wrote them, are epochs) and returns them. Throws RuntimeError
+// lines without a type, as 0.2 wrote them, are epochs) and returns them. Throws RuntimeError
 // if a line is not JSON or the epoch lines kept are not `epochs`.
 MetricsHistory reload_metrics(const std::string& run_dir, int64_t epochs, int64_t step);
 // summary.json's "time_to_target": per target, reached or not, and where.

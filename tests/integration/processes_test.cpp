@@ -23,6 +23,7 @@
 #include "stalepipe/exec/pipeline.h"
 #include "stalepipe/models/zoo.h"
 #include "stalepipe/partition/plan.h"
+#include "support/ranks.h"
 #include "support/script_modules.h"
 #include "support/temp_dir.h"
 
@@ -30,126 +31,6 @@ namespace stalepipe::test {
 namespace {
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
-
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
-
-// Starts `binary` (the CLI by default) with `args`, extra environment `env` ("K=V"), output
-// to `log`.
-pid_t spawn(const std::vector<std::string>& args, const std::vector<std::string>& env,
-            const std::string& log, const char* binary = STALEPIPE_BINARY) {
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    ::dup2(fd, 1);
-    ::dup2(fd, 2);
-    for (const auto& e : env) ::putenv(::strdup(e.c_str()));
-    std::vector<char*> argv{const_cast<char*>(binary)};
-    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    ::execv(binary, argv.data());
-    ::_exit(127);
-  }
-  return pid;
-}
-
-// Exit status (128+signal if killed), or -1 if still running after `seconds` (then killed).
-int wait_for(pid_t pid, double seconds) {
-  const auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
-  for (;;) {
-    int status = 0;
-    if (::waitpid(pid, &status, WNOHANG) == pid) {
-      return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    }
-    if (Clock::now() > deadline) {
-      ::kill(pid, SIGKILL);
-      ::waitpid(pid, &status, 0);
-      return -1;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-}
-
-std::string slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-nlohmann::json json_file(const std::string& path) { return nlohmann::json::parse(slurp(path)); }
-
-std::vector<std::string> train_args(const std::string& ppv, int partitions, const std::string& out,
-                                    const std::string& executor, int epochs = 2,
-                                    const std::string& data = "synthetic:256") {
-  return {"train", "--model", "lenet5", "--data", data, "--test-subset", "64",
-          "--pipeline", ppv, "--epochs", std::to_string(epochs), "--batch-size", "32",
-          "--threads", std::to_string(partitions), "--threads-per-worker", "1",
-          "--eval-batch-size", "50", "--progress", "none", "--executor", executor,
-          "--out", out};
-}
-
-std::vector<std::string> launch_args(int nproc, std::vector<std::string> rest) {
-  std::vector<std::string> args{"launch", "--nproc", std::to_string(nproc), "--master-port",
-                                std::to_string(free_port()), "--"};
-  args.insert(args.end(), rest.begin(), rest.end());
-  return args;
-}
-
-// Runs `stalepipe launch --nproc nproc -- rest` to its end and returns its exit status. A
-// master port that another test took between free_port() and the rendezvous is retried
-// with a fresh one (twice at most).
-int run_launch(int nproc, const std::vector<std::string>& rest, const std::string& log,
-               double seconds, const std::vector<std::string>& env = {}) {
-  for (int attempt = 0;; ++attempt) {
-    const int status = wait_for(spawn(launch_args(nproc, rest), env, log), seconds);
-    if (status == 0 || attempt == 2 || slurp(log).find("is the port already in use") == std::string::npos) {
-      return status;
-    }
-  }
-}
-
-// Every tensor of every shard of the two runs' checkpoints is bitwise equal.
-::testing::AssertionResult same_checkpoints(const std::string& a, const std::string& b) {
-  const auto ma = json_file(a + "/checkpoint/manifest.json");
-  const auto mb = json_file(b + "/checkpoint/manifest.json");
-  if (ma["step"] != mb["step"] || ma["shards"] != mb["shards"]) {
-    return ::testing::AssertionFailure() << "manifests differ: " << ma.dump() << " vs " << mb.dump();
-  }
-  for (const auto& shard : ma["shards"]) {
-    torch::serialize::InputArchive xa, xb;
-    xa.load_from(a + "/checkpoint/" + shard.get<std::string>());
-    xb.load_from(b + "/checkpoint/" + shard.get<std::string>());
-    const auto keys = xa.keys();
-    if (keys != xb.keys()) return ::testing::AssertionFailure() << shard << ": keys differ";
-    for (const auto& key : keys) {
-      torch::Tensor ta, tb;
-      if (!xa.try_read(key, ta) || !xb.try_read(key, tb)) continue;  // nested archives
-      if (!torch::equal(ta, tb)) {
-        return ::testing::AssertionFailure() << shard << " " << key << " differs";
-      }
-    }
-  }
-  return ::testing::AssertionSuccess();
-}
-
-void expect_same_results(const std::string& a, const std::string& b) {
-  const auto sa = json_file(a + "/summary.json");
-  const auto sb = json_file(b + "/summary.json");
-  for (const char* key : {"test_loss", "test_accuracy", "train_loss", "steps"}) {
-    EXPECT_EQ(sa[key], sb[key]) << key;
-  }
-  EXPECT_TRUE(same_checkpoints(a, b));
-}
 
 class ProcessesEqualEmulated : public ::testing::TestWithParam<std::pair<std::string, int>> {};
 
@@ -218,11 +99,6 @@ TEST(Processes, NewSchedulesAndMitigationsEqualEmulated) {
     SCOPED_TRACE(extra[1]);
     expect_same_results(ref, run);
   }
-}
-
-std::vector<std::string> rank_env(int rank, int world, int port) {
-  return {"RANK=" + std::to_string(rank), "WORLD_SIZE=" + std::to_string(world),
-          "MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + std::to_string(port)};
 }
 
 TEST(Processes, KilledRankEndsTheOthersWithinTheBoundNamingIt) {
@@ -308,6 +184,45 @@ TEST(Processes, WorldSizeMustMatchThePartitions) {
                         dir.file("r0.log"));
   EXPECT_EQ(wait_for(p, 30), 2);
   EXPECT_NE(slurp(dir.file("r0.log")).find("--world-size 3 but"), std::string::npos) << slurp(dir.file("r0.log"));
+}
+
+// A TCP connection to 127.0.0.1:port (retried until the listener is up) that sends `bytes`.
+int connect_and_send(int port, const std::string& bytes) {
+  const auto start = Clock::now();
+  for (;;) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(port);
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
+      if (!bytes.empty()) (void)!::write(fd, bytes.data(), bytes.size());
+      return fd;
+    }
+    ::close(fd);
+    if (Clock::now() - start > std::chrono::seconds(30)) return -1;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+TEST(Processes, GarbageAndSilentConnectionsToTheMasterPortNeitherCrashNorHangTheRanks) {
+  TempDir dir;
+  const int port = free_port();
+  const std::string ref = dir.file("emulated"), run = dir.file("processes");
+  ASSERT_EQ(wait_for(spawn(train_args("2", 2, ref, "emulated"), {}, dir.file("ref.log")), 60), 0)
+      << slurp(dir.file("ref.log"));
+  const pid_t r0 = spawn(train_args("2", 2, run, "processes"), rank_env(0, 2, port), dir.file("rank0.log"));
+  std::string garbage(4096, '\0');
+  for (size_t i = 0; i < garbage.size(); ++i) garbage[i] = static_cast<char>((i * 2654435761u) >> 13);
+  const int noisy = connect_and_send(port, garbage);
+  const int silent = connect_and_send(port, "");  // opens and never speaks
+  ASSERT_GE(noisy, 0) << "rank 0 never listened on its master port\n" << slurp(dir.file("rank0.log"));
+  const pid_t r1 = spawn(train_args("2", 2, run, "processes"), rank_env(1, 2, port), dir.file("rank1.log"));
+  EXPECT_EQ(wait_for(r0, 60), 0) << slurp(dir.file("rank0.log"));
+  EXPECT_EQ(wait_for(r1, 60), 0) << slurp(dir.file("rank1.log"));
+  ::close(noisy);
+  ::close(silent);
+  expect_same_results(ref, run);
 }
 
 TEST(Processes, PortInUseIsAClearError) {

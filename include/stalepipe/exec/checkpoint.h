@@ -46,7 +46,7 @@ struct CheckpointInfo {
   double epoch_loss_sum = 0;
   int64_t epoch_correct = 0;
   int64_t epoch_samples = 0;
-  int64_t epoch_scored = 0;  // samples the metric scored (manifests before 0.4: all of them)
+  int64_t epoch_scored = 0;  // samples the metric scored (0.2 manifests: all of them)
   double epoch_seconds = 0;
 };
 
