@@ -7,43 +7,26 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "stalepipe/api/options_json.h"
 #include "stalepipe/common/error.h"
 #include "stalepipe/train/time_to_target.h"
 #include "stalepipe/train/trainer.h"
 #include "support/pipeline_runs.h"
 #include "support/temp_dir.h"
+#include "support/train_runs.h"
 
 namespace stalepipe::train {
 namespace {
 
 // 2 epochs of 7 steps (the last partial), 2 partitions, an evaluation every 3 steps.
 Options small(const std::string& dir, const nlohmann::json& changes = nlohmann::json::object()) {
-  nlohmann::json j = {{"model", "lenet5"}, {"data", "synthetic:200"}, {"epochs", 2}, {"batch_size", 32},
-                      {"lr", 0.05}, {"pipeline", "2"}, {"threads", 2}, {"progress", "none"},
-                      {"eval_every", 3}, {"targets", {1, 100}}, {"out", dir}};
+  nlohmann::json j = {{"eval_every", 3}, {"targets", {1, 100}}, {"out", dir}};
   j.update(changes);
-  return options_from_json(j, "test");
+  return test::small_run("2", j);
 }
 
-TrainHooks quiet() {
-  TrainHooks hooks;
-  hooks.log = [](const std::string&) {};
-  return hooks;
-}
+TrainHooks quiet() { return test::quiet_hooks(); }
 
-// metrics.jsonl without its timings, which differ between runs.
-std::vector<nlohmann::json> metrics_lines(const std::string& dir) {
-  std::vector<nlohmann::json> lines;
-  std::ifstream in(dir + "/metrics.jsonl");
-  std::string line;
-  while (std::getline(in, line)) {
-    auto j = nlohmann::json::parse(line);
-    for (const char* timing : {"images_per_second", "wall_seconds"}) j.erase(timing);
-    lines.push_back(j);
-  }
-  return lines;
-}
+using test::metrics_lines;
 
 std::vector<int64_t> steps_of(const std::vector<EvalPoint>& points) {
   std::vector<int64_t> steps;

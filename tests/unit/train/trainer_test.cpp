@@ -14,36 +14,18 @@
 #include "stalepipe/train/trainer.h"
 #include "support/pipeline_runs.h"
 #include "support/temp_dir.h"
+#include "support/train_runs.h"
 
 namespace stalepipe::train {
 namespace {
 
-// Settings as config.json spells them (train/options_json.h), on top of a small run.
 Options small(const std::string& pipeline = "2", const nlohmann::json& changes = nlohmann::json::object()) {
-  nlohmann::json j = {{"model", "lenet5"}, {"data", "synthetic:200"}, {"epochs", 2},
-                      {"batch_size", 32},  // 7 steps per epoch, the last one partial
-                      {"lr", 0.05},        {"pipeline", pipeline}, {"threads", 2}, {"progress", "none"}};
-  j.update(changes);
-  return options_from_json(j, "test");
+  return test::small_run(pipeline, changes);
 }
 
-TrainHooks quiet() {
-  TrainHooks hooks;
-  hooks.log = [](const std::string&) {};
-  return hooks;
-}
+TrainHooks quiet() { return test::quiet_hooks(); }
 
-std::vector<nlohmann::json> metrics_lines(const std::string& dir) {
-  std::vector<nlohmann::json> lines;
-  std::ifstream in(dir + "/metrics.jsonl");
-  std::string line;
-  while (std::getline(in, line)) {
-    auto j = nlohmann::json::parse(line);
-    for (const char* timing : {"images_per_second", "wall_seconds"}) j.erase(timing);
-    lines.push_back(j);
-  }
-  return lines;
-}
+using test::metrics_lines;
 
 TEST(Trainer, TwoRunsWithTheSameFlagsAreIdentical) {
   test::TempDir a, b;
