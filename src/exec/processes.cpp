@@ -325,7 +325,10 @@ void ProcessGroup::broadcast(torch::Tensor& tensor, int root) {
       throw std::runtime_error("the broadcast was aborted");
     }
   } catch (const std::exception& e) {
-    fail(-1, c10::str("receive a broadcast from rank ", root), e);
+    // Of two ranks the other is the one that did not deliver; of more, Gloo's relay order
+    // decides who it was, and the first-loss record names the cause.
+    const std::string what = rank_ == root ? std::string("send a broadcast") : c10::str("receive a broadcast from rank ", root);
+    fail(size_ == 2 ? 1 - rank_ : -1, what, e);
   }
 }
 
@@ -333,7 +336,7 @@ void ProcessGroup::barrier() {
   try {
     if (!impl_->group->barrier()->wait(timeout_)) throw std::runtime_error("the barrier was aborted");
   } catch (const std::exception& e) {
-    fail(-1, "pass a barrier", e);
+    fail(size_ == 2 ? 1 - rank_ : -1, "pass a barrier", e);
   }
 }
 
