@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "commands.h"
+#include "interrupt.h"
 #include "stalepipe/study/sweep.h"
 
 namespace stalepipe::cli {
@@ -30,8 +31,13 @@ Command add_sweep(CLI::App& app) {
       options.dry_run = *dry_run;
       options.seeds = *seeds;
       options.names = *names;
+      options.stop = install_stop_handlers();
       const int trained = study::run_sweep(experiment, options);
       std::fprintf(stderr, "sweep: %d run(s) trained or resumed\n", trained);
+      if (*options.stop) {
+        std::fprintf(stderr, "sweep: stopped; the interrupted run is checkpointed: run the sweep again to resume it\n");
+        return 130;
+      }
     }
     if (!*dry_run) std::printf("results in %s/results.md\n", experiment.out.c_str());
     return 0;

@@ -1,24 +1,14 @@
 // `stalepipe train`: every field of the option tree as a flag; Ctrl-C drains and checkpoints.
-#include <atomic>
-#include <csignal>
 #include <cstdio>
 
 #include "commands.h"
 #include "flags.h"
+#include "interrupt.h"
 #include "stalepipe/models/torchscript.h"
 #include "stalepipe/train/trainer.h"
 
 namespace stalepipe::cli {
 namespace {
-
-std::atomic<bool> g_stop{false};
-
-extern "C" void on_interrupt(int) {
-  if (g_stop.exchange(true)) {
-    std::signal(SIGINT, SIG_DFL);  // a second Ctrl-C ends the process at once
-    std::raise(SIGINT);
-  }
-}
 
 // --export FILE: the trained network as TorchScript. Checked before training, so that a
 // mistake costs no run.
@@ -45,11 +35,8 @@ Command add_train(CLI::App& app) {
   return [o, text, resume, export_file]() {
     apply(*text, *o);
     check_export(*export_file, *o, *resume);
-    g_stop = false;
-    std::signal(SIGINT, on_interrupt);
-    std::signal(SIGTERM, on_interrupt);
     train::TrainHooks hooks;
-    hooks.stop = &g_stop;
+    hooks.stop = install_stop_handlers();
     if (!export_file->empty()) {
       hooks.on_trained = [export_file](const PipelineTrainer& t) {
         models::save_torchscript(t.model(), *export_file);

@@ -135,15 +135,17 @@ int run_sweep(const Experiment& experiment, const SweepOptions& options) {
     if (options.dry_run || done) continue;
     auto o = run.options;
     o.run().progress(options.progress);
+    train::TrainHooks hooks;
+    hooks.stop = options.stop;
     try {
       if (state == RunState::kInterrupted) {
-        train::resume(o.run().out());
+        train::resume(o.run().out(), hooks);
       } else {
         // A folder without a checkpoint holds nothing worth keeping (a run that died before
         // its first checkpoint): start it again.
         std::error_code ignored;
         fs::remove_all(o.run().out(), ignored);
-        train::train(o);
+        train::train(o, hooks);
       }
     } catch (const train::DivergedError& e) {
       // Divergence under staleness is a result of the study, not a failure of the sweep.
@@ -153,6 +155,7 @@ int run_sweep(const Experiment& experiment, const SweepOptions& options) {
                         nlohmann::json{{"diverged", true}, {"message", e.what()}}.dump(2) + "\n");
     }
     ++trained;
+    if (options.stop && *options.stop) break;  // the run drained and checkpointed
   }
   if (!options.dry_run) write_results(experiment);
   return trained;

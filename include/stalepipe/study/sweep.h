@@ -22,6 +22,7 @@
 // seconds at every evaluation, seeds as a band) and <out>/drop_vs_stale.svg.
 #pragma once
 
+#include <atomic>
 #include <string>
 #include <vector>
 
@@ -67,6 +68,9 @@ struct SweepOptions {
   std::vector<uint64_t> seeds;
   // Only the runs of these names (empty: all); a name the file lacks is a usage error.
   std::vector<std::string> names;
+  // Set to true (e.g. from a SIGINT handler) to stop: the run in progress drains and
+  // checkpoints (train::TrainHooks::stop), and no further run starts.
+  const std::atomic<bool>* stop = nullptr;
 };
 
 // Runs what is missing or interrupted (in file order), then writes the tables and plots.

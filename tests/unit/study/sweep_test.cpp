@@ -1,5 +1,6 @@
 // The sweep runner on tiny synthetic experiments: trains what is missing, resumes what was
 // interrupted, skips what is finished, and tabulates the summaries.
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 
@@ -110,6 +111,19 @@ TEST(Sweep, RunFilterTrainsOnlyTheNamedRunsAndRejectsUnknownNames) {
   }
   only.names = {"ppv9"};
   EXPECT_THROW(run_sweep(ex, only), UsageError);
+}
+
+TEST(Sweep, AStopCheckpointsTheRunInProgressAndStartsNoOther) {
+  test::TempDir dir;
+  const auto ex = load_experiment(write_experiment(dir, kRuns));
+  std::atomic<bool> stop{true};  // as if Ctrl-C came during the first run
+  SweepOptions stopping;
+  stopping.stop = &stop;
+  EXPECT_EQ(run_sweep(ex, stopping), 1);
+  EXPECT_EQ(run_state(ex.runs[0]), RunState::kInterrupted);  // drained and checkpointed
+  for (size_t i = 1; i < ex.runs.size(); ++i) EXPECT_EQ(run_state(ex.runs[i]), RunState::kMissing);
+  EXPECT_EQ(run_sweep(ex, {}), 4);  // resumes the first, trains the others
+  for (const auto& run : ex.runs) EXPECT_EQ(run_state(run), RunState::kFinished);
 }
 
 TEST(Sweep, ResumesAnInterruptedRunToTheSameResult) {
