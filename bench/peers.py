@@ -6,7 +6,8 @@ Run (after scripts/setup-peers.sh):
     /usr/bin/python3 bench/peers.py --stalepipe-json results/bench/resnet56-k2.json --json out.json
 Prints one line per configuration with images/s after warm-up (with --rounds N, one per round
 and then the medians, as `stalepipe bench --rounds N`):
-    plain training with 1 thread and with all cores (torch.set_num_threads),
+    plain training with 1 thread and with all cores (torch.set_num_threads), in NCHW and in
+    channels_last layout ("PyTorch best": the faster of the two at each thread count),
     torch.distributed.pipeline.sync.Pipe (the GPipe schedule: micro-batches, then a flush) over
     the same partitions as ours, for each --chunks value (micro-batches per mini-batch).
 With --stalepipe-json (a `stalepipe bench --json` file) it takes the model, batch size,
@@ -170,10 +171,13 @@ def sgd(params):
     return torch.optim.SGD(params, lr=0.01, momentum=0.9, weight_decay=5e-4)
 
 
-def plain(args, data, threads):
+def plain(args, data, threads, channels_last=False):
     torch.set_num_threads(threads)
     torch.manual_seed(1)
     model = nn.Sequential(*[m for m, _ in make_units(args.model, args.channels)])
+    if channels_last:  # weights and inputs in NHWC; the layers then keep it throughout
+        model = model.to(memory_format=torch.channels_last)
+        data = [(x.contiguous(memory_format=torch.channels_last), y) for x, y in data]
     opt = sgd(model.parameters())
 
     def step(x, y):
@@ -273,14 +277,16 @@ def main():
         result = {"model": args.model, "batch_size": args.batch_size, "channels": args.channels,
                   "ppv": args.pipeline, "threads": args.threads, "parameters": params,
                   "warmup_steps": args.warmup_steps, "steps": args.steps,
-                  "torch": torch.__version__, "plain": {}, "pipe": {}}
+                  "torch": torch.__version__, "plain": {}, "plain_channels_last": {}, "pipe": {}}
         # As `stalepipe bench --rounds`: every configuration once per round, the median reported.
         configs = [("plain", str(t), f"PyTorch plain, {t} thread(s)", lambda t=t: plain(args, data, t))
                    for t in sorted({1, args.threads})]
+        configs += [("plain_channels_last", str(t), f"PyTorch plain channels_last, {t} thread(s)",
+                     lambda t=t: plain(args, data, t, channels_last=True)) for t in sorted({1, args.threads})]
         configs += [("pipe", str(c), f"PyTorch Pipe --pipeline {args.pipeline}, chunks {c}, "
                      f"{args.threads} thread(s)", lambda c=c: pipe(args, data, args.threads, c)) for c in chunks]
         result["rounds"] = args.rounds
-        result["round_rates"] = {"plain": {}, "pipe": {}}
+        result["round_rates"] = {"plain": {}, "plain_channels_last": {}, "pipe": {}}
         for r in range(args.rounds):
             for kind, key, label, run in configs:
                 rate = run()
@@ -291,15 +297,20 @@ def main():
             result[kind][key] = statistics.median(result["round_rates"][kind][key])
             if args.rounds > 1:
                 print(f"median of {args.rounds}: {label}: {result[kind][key]:8.1f} images/s")
+        # PyTorch's best: the faster layout at each thread count.
+        result["best_plain"] = {t: max(result["plain"][t], result["plain_channels_last"][t]) for t in result["plain"]}
+        for t, rate in result["best_plain"].items():
+            print(f"PyTorch best, {t} thread(s): {rate:8.1f} images/s")
         torch.distributed.rpc.shutdown()
 
     if ours:
         rates = ours["rates"]
         best_pipe = max(result["pipe"].values())
-        one, all_ = result["plain"]["1"], result["plain"][str(args.threads)]
-        checks = [("stalepipe non-pipelined 1 thread / PyTorch 1 thread", rates["one_thread"] / one, 1.0),
-                  (f"stalepipe non-pipelined {args.threads} threads / PyTorch {args.threads} threads",
+        one, all_ = result["best_plain"]["1"], result["best_plain"][str(args.threads)]
+        checks = [("stalepipe non-pipelined 1 thread / PyTorch best 1 thread", rates["one_thread"] / one, 1.10),
+                  (f"stalepipe non-pipelined {args.threads} threads / PyTorch best {args.threads} threads",
                    rates["all_threads"] / all_, 1.0),
+                  ("stalepipe stale pipeline / PyTorch best 1 thread", rates["pipeline"] / one, 2.0),
                   ("stalepipe stale pipeline / PyTorch Pipe (best chunks)", rates["pipeline"] / best_pipe, 1.5)]
         result["compare"] = []
         for name, value, low in checks:

@@ -87,11 +87,12 @@ void measure_processes(perf::BenchReport& report, int repeats) {
   const auto& o = report.options;
   const fs::path dir = fs::temp_directory_path() / ("stalepipe-bench-" + std::to_string(::getpid()));
   fs::create_directories(dir);
-  const std::vector<std::string> common = {
+  std::vector<std::string> common = {
       "--model", o.model(), "--data", "synthetic:" + std::to_string(o.steps() * o.batch_size()),
       "--batch-size", std::to_string(o.batch_size()), "--epochs", "2", "--test-subset", "1",  // evaluation is not timed
       "--pipeline", report.ppv, "--threads", std::to_string(report.threads), "--lr", "0.01",
       "--progress", "none", "--seed", std::to_string(o.seed())};
+  if (o.channels_last()) common.push_back("--channels-last");
   auto train_args = [&](const std::string& executor, const std::string& out) {
     std::vector<std::string> a = {"train", "--executor", executor, "--out", out};
     a.insert(a.end(), common.begin(), common.end());
@@ -142,6 +143,7 @@ Command add_bench(CLI::App& app) {
   app.add_option("--threads", o.threads(), "cores to use in all (0: all)")->capture_default_str();
   app.add_option("--rounds", o.rounds(), "alternated runs of every configuration; medians are reported")->capture_default_str();
   app.add_option("--seed", o.seed(), "model and data seed")->capture_default_str();
+  app.add_flag("--channels-last", o.channels_last(), "every configuration in channels-last (NHWC) layout");
   app.add_option("--json", a->json, "also write the report as JSON to this file");
   app.add_flag("--processes", a->processes,
                "also time train --executor processes on K ranks against --executor threads (slower)");

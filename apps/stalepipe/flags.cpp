@@ -54,6 +54,7 @@ const std::pair<const char*, const char*> kFlags[] = {
     {"RunOptions::out", "--out"},
     {"RunOptions::checkpoint_every", "--checkpoint-every"},
     {"RunOptions::eval_every", "--eval-every"},
+    {"PipelineOptions::channels_last", "--channels-last"},
     {"RunOptions::targets", "--targets"},
     {"RunOptions::progress", "--progress"},
     {"RunOptions::trace", "--trace"},
@@ -146,6 +147,7 @@ void add_option_flags(CLI::App& app, Options& o, TrainFlags& text) {
   app.add_option("--executor", text.executor, "emulated (reference, one thread) | threads (one thread per partition) | processes (one rank per partition; see launch)")->capture_default_str();
   app.add_option("--devices", text.devices, "one device per partition, e.g. cpu,cpu or cuda:0,cuda:1 (default: cpu)");
   app.add_option("--threads", p.threads(), "intra-op threads in all (0: all cores)")->capture_default_str();
+  app.add_flag("--channels-last", p.channels_last(), "weights, activations and registers in channels-last (NHWC) layout");
   app.add_option("--threads-per-worker", p.threads_per_worker(), "intra-op threads per partition (0: threads / partitions)")->capture_default_str();
   app.add_option("--out", r.out(), "run directory: config.json, metrics.jsonl, summary.json, checkpoint/");
   app.add_option("--checkpoint-every", r.checkpoint_every(), "also checkpoint every N steps (0: at epoch ends only)")->capture_default_str();

@@ -88,7 +88,8 @@ struct Name {
   X(run, stop_at_step, "stop_at_step", Plain) X(pipeline, profile_batch, "profile_batch", Plain) \
   X(pipeline, segment_steps, "segment_steps", Plain) X(run, dropout, "dropout", Plain)         \
   X(optimizer, loss, "loss", LossName) X(run, model_file, "model_file", Plain)                  \
-  X(run, eval_every, "eval_every", Plain) X(run, targets, "targets", Plain)
+  X(run, eval_every, "eval_every", Plain) X(run, targets, "targets", Plain)                      \
+  X(pipeline, channels_last, "channels_last", Plain)
 
 // What does not change the trained weights.
 const char* const kNotHashed[] = {"out", "progress", "executor", "threads", "devices", "trace",
@@ -98,7 +99,7 @@ const char* const kNotHashed[] = {"out", "progress", "executor", "threads", "dev
 const char* const kHashedWhenSet[] = {"micro_batches", "delay_aware_lr", "delay_lr_anneal_epochs",
                                       "weight_prediction", "spike_compensation", "fixed_weight_norm",
                                       "hybrid_norm_reset", "segment_steps", "dropout", "loss",
-                                      "model_file", "eval_every"};
+                                      "model_file", "eval_every", "channels_last"};
 // Not in the files of 0.2 (the legacy hash's JSON).
 const char* const kNewIn03[] = {"stop_at_step", "profile_batch", "segment_steps", "model_file"};
 

@@ -6,7 +6,7 @@ namespace stalepipe::exec {
 
 Pipeline::Pipeline(const models::Model& model, const partition::Plan& plan,
                    const std::vector<torch::Device>& devices, optim::SgdOptions sgd, Objective objective,
-                   uint64_t seed) {
+                   uint64_t seed, torch::MemoryFormat memory_format) {
   const int K = plan.num_partitions();
   SP_CHECK_ARG(static_cast<int>(devices.size()) == K, "pipeline of ", K, " partitions needs ", K,
                " devices, got ", devices.size());
@@ -14,7 +14,7 @@ Pipeline::Pipeline(const models::Model& model, const partition::Plan& plan,
     torch::nn::Sequential seq;
     const auto [begin, end] = plan.unit_ranges[k];
     for (size_t u = begin; u < end; ++u) seq->push_back(model.units[u].name, model.units[u].module);
-    stages_.push_back(std::make_unique<Stage>(k, K, seq, devices[k], sgd, objective, seed));
+    stages_.push_back(std::make_unique<Stage>(k, K, seq, devices[k], sgd, objective, seed, memory_format));
     stage_ptrs_.push_back(stages_.back().get());
   }
 }

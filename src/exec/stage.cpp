@@ -6,22 +6,24 @@
 
 #include "stalepipe/common/error.h"
 #include "stalepipe/models/dropout.h"
+#include "stalepipe/models/memory_format.h"
 #include "stalepipe/models/scale_invariance.h"
 
 namespace stalepipe::exec {
 
 Stage::Stage(int index, int num_stages, torch::nn::Sequential module, torch::Device device,
-             optim::SgdOptions sgd, Objective objective, uint64_t seed)
+             optim::SgdOptions sgd, Objective objective, uint64_t seed, torch::MemoryFormat memory_format)
     : index_(index), num_stages_(num_stages), module_(std::move(module)), device_(device),
-      objective_(std::move(objective)), seed_(seed) {
+      objective_(std::move(objective)), seed_(seed), memory_format_(memory_format) {
   module_->to(device_);
+  models::to_memory_format(*module_, memory_format_);  // before the optimizer keeps any state
   module_->train();
   optimizer_ = std::make_unique<optim::Sgd>(module_->parameters(), sgd,
                                             models::scale_invariant_weights(*module_));
 }
 
 torch::Tensor Stage::prepare_input(const torch::Tensor& input) const {
-  torch::Tensor x = input.to(device_);
+  torch::Tensor x = models::in_memory_format(input.to(device_), memory_format_);
   if (is_first()) return x;
   // A leaf of this stage's graph, so backward() yields the gradient to send upstream.
   return x.detach().requires_grad_(true);
@@ -196,7 +198,7 @@ void Stage::update(int64_t step, double lr) {
 torch::Tensor Stage::predict(const torch::Tensor& input) {
   torch::NoGradGuard no_grad;
   module_->eval();
-  torch::Tensor out = module_->forward(input.to(device_));
+  torch::Tensor out = module_->forward(models::in_memory_format(input.to(device_), memory_format_));
   module_->train();
   return out;
 }

@@ -49,7 +49,7 @@ std::string layers_text(const std::vector<int>& layers) {
 namespace {
 
 // Random input of `batch` samples on the device and dtype of the model's first parameter.
-torch::Tensor profile_input(const models::Model& model, int64_t batch) {
+torch::Tensor profile_input(const models::Model& model, int64_t batch, torch::MemoryFormat memory_format) {
   auto tensor_options = torch::TensorOptions().dtype(torch::kFloat32);
   for (const auto& unit : model.units) {
     const auto params = unit.module.ptr()->parameters();
@@ -58,7 +58,8 @@ torch::Tensor profile_input(const models::Model& model, int64_t batch) {
       break;
     }
   }
-  return torch::randn({batch, model.input.channels, model.input.height, model.input.width}, tensor_options);
+  return torch::randn({batch, model.input.channels, model.input.height, model.input.width}, tensor_options)
+      .contiguous(memory_format);
 }
 
 // One row per unit with what needs no timing; puts every unit in training mode.
@@ -155,7 +156,7 @@ Profile profile_model(models::Model& model, const ProfileOptions& options) {
   profile.threads = at::get_num_threads();
   profile.channels = model.input.channels;
   profile.units = unit_rows(model);
-  const torch::Tensor x = profile_input(model, options.batch_size);
+  const torch::Tensor x = profile_input(model, options.batch_size, options.memory_format);
   profile.input_bytes = tensor_bytes(x);
 
   const size_t U = model.units.size();

@@ -46,6 +46,7 @@ Options bench_options(const BenchOptions& o, const std::vector<int>& ppv, int pa
   Options x;
   x.data().batch_size(o.batch_size());
   x.pipeline().ppv(ppv).partitions(ppv.empty() ? partitions : 0).balance(o.balance()).threads(o.threads());
+  x.pipeline().channels_last(o.channels_last());
   x.optimizer().lr(kLr).lr_schedule(LrScheduleKind::kConstant);
   x.run().seed(o.seed());
   return x;

@@ -113,11 +113,7 @@ TEST(Processes, KilledRankEndsTheOthersWithinTheBoundNamingIt) {
     pids.push_back(spawn(args, rank_env(r, 3, port), dir.file("rank" + std::to_string(r) + ".log")));
   }
   // Training runs once rank 0 logged the pipeline (after the rendezvous).
-  const auto start = Clock::now();
-  while (slurp(dir.file("rank0.log")).find("pipeline") == std::string::npos) {
-    ASSERT_LT(Clock::now() - start, std::chrono::seconds(30)) << slurp(dir.file("rank0.log"));
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
+  ASSERT_TRUE(file_shows(dir.file("rank0.log"), "pipeline", 30));
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
   ::kill(pids[1], SIGKILL);
   EXPECT_EQ(wait_for(pids[1], 5), 128 + SIGKILL);
@@ -141,11 +137,7 @@ TEST(Processes, LauncherStopsEveryRankWhenOneFails) {
   args.insert(args.end(), {"--timeout-seconds", "10", "--lr", "0.005"});
   const pid_t launcher = spawn(launch_args(2, args), {}, dir.file("launch.log"));
   std::vector<pid_t> ranks;
-  const auto start = Clock::now();
-  while (slurp(dir.file("launch.log")).find("pipeline") == std::string::npos) {
-    ASSERT_LT(Clock::now() - start, std::chrono::seconds(30)) << slurp(dir.file("launch.log"));
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
+  ASSERT_TRUE(file_shows(dir.file("launch.log"), "pipeline", 30));
   std::istringstream log(slurp(dir.file("launch.log")));
   for (std::string line; std::getline(log, line);) {
     const auto at = line.find(": pid ");

@@ -72,6 +72,18 @@ std::string slurp(const std::string& path) {
   return s.str();
 }
 
+::testing::AssertionResult file_shows(const std::string& path, const std::string& text, double seconds) {
+  const auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
+  while (slurp(path).find(text) == std::string::npos) {
+    if (Clock::now() > deadline) {
+      return ::testing::AssertionFailure() << path << " does not show '" << text << "' after " << seconds
+                                           << " s:\n" << slurp(path);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return ::testing::AssertionSuccess();
+}
+
 nlohmann::json json_file(const std::string& path) { return nlohmann::json::parse(slurp(path)); }
 
 std::vector<std::string> train_args(const std::string& ppv, int partitions, const std::string& out,

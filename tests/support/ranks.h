@@ -24,6 +24,9 @@ pid_t spawn(const std::vector<std::string>& args, const std::vector<std::string>
 int wait_for(pid_t pid, double seconds);
 
 std::string slurp(const std::string& path);
+// Waits until the file at `path` holds `text` (e.g. "pipeline": training runs); fails with the
+// file's content after `seconds`.
+::testing::AssertionResult file_shows(const std::string& path, const std::string& text, double seconds);
 nlohmann::json json_file(const std::string& path);
 
 // `train` of lenet5 on synthetic data with registers after `ppv`, one intra-op thread per

@@ -101,6 +101,10 @@ struct PipelineOptions {
   TORCH_ARG(int, threads_per_worker) = 0;
   // PipelineTrainer::feed drains at least every this many mini-batches.
   TORCH_ARG(int64_t, segment_steps) = 1 << 16;
+  // Weights, activations and registers in channels-last (NHWC) layout instead of NCHW
+  // (models/memory_format.h). Changes the order of floating-point reductions, so the weights'
+  // bits (not the executors' agreement).
+  TORCH_ARG(bool, channels_last) = false;
 };
 
 // SGD, its learning rate over time, the staleness mitigations and the loss.

@@ -13,10 +13,11 @@ namespace stalepipe::exec {
 
 class Pipeline {
  public:
-  // devices: one per partition (plan.num_partitions()); seed: the run's (Stage).
+  // devices: one per partition (plan.num_partitions()); seed, memory_format: as Stage's.
   Pipeline(const models::Model& model, const partition::Plan& plan,
            const std::vector<torch::Device>& devices, optim::SgdOptions sgd,
-           Objective objective = {}, uint64_t seed = 0);
+           Objective objective = {}, uint64_t seed = 0,
+           torch::MemoryFormat memory_format = torch::MemoryFormat::Contiguous);
 
   int num_stages() const { return static_cast<int>(stages_.size()); }
   Stage& stage(int k) { return *stages_[k]; }

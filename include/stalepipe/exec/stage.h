@@ -54,8 +54,11 @@ class Stage {
   // and initialised); the module is moved to `device`. `objective` is used by the last stage
   // only. seed: the run's seed; every forward draws its random numbers (models/dropout.h) from
   // a generator seeded from (seed, index, step, micro), so they do not depend on the executor.
+  // memory_format: the layout of the module's 4-D weights and of the 4-D inputs it takes
+  // (models/memory_format.h); an input that arrives in another layout is converted once.
   Stage(int index, int num_stages, torch::nn::Sequential module, torch::Device device,
-        optim::SgdOptions sgd, Objective objective = {}, uint64_t seed = 0);
+        optim::SgdOptions sgd, Objective objective = {}, uint64_t seed = 0,
+        torch::MemoryFormat memory_format = torch::MemoryFormat::Contiguous);
 
   int index() const { return index_; }
   bool is_first() const { return index_ == 0; }
@@ -120,6 +123,7 @@ class Stage {
   std::unique_ptr<optim::Sgd> optimizer_;
   Objective objective_;
   uint64_t seed_;
+  torch::MemoryFormat memory_format_;
   std::map<Key, Pending> in_flight_;
   std::map<int64_t, int> delay_;      // step -> delay D of its gradient, until its update
   int64_t last_update_step_ = -1;     // updates of all steps up to this one are applied

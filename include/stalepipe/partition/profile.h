@@ -59,6 +59,7 @@ struct ProfileOptions {
   int threads = 1;  // intra-op threads while measuring (at::set_num_threads); 0 = leave as is
   int warmup = 2;
   int repeats = 5;
+  torch::MemoryFormat memory_format = torch::MemoryFormat::Contiguous;  // of the input (as the units' weights)
 };
 
 // Measures every unit of `model`. Throws UsageError for batch_size < 1, repeats < 1, warmup < 0.

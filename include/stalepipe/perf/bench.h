@@ -60,6 +60,7 @@ struct BenchOptions {
   TORCH_ARG(int, threads) = 0;              // cores in all; 0 = std::thread::hardware_concurrency
   TORCH_ARG(int, rounds) = 1;               // 1..100: alternated runs of every configuration
   TORCH_ARG(uint64_t, seed) = 1;
+  TORCH_ARG(bool, channels_last) = false;    // PipelineOptions::channels_last for every configuration
 };
 
 // One configuration's result.

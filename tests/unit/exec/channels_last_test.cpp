@@ -1,0 +1,63 @@
+// PipelineOptions::channels_last: weights, activations, registers and the gradients sent
+// back are channels-last all the way (no conversion at a partition boundary), the executors
+// still agree bit for bit, and the results equal NCHW training up to reduction order.
+#include <gtest/gtest.h>
+
+#include "stalepipe/exec/pipeline.h"
+#include "stalepipe/models/zoo.h"
+#include "stalepipe/partition/plan.h"
+#include "stalepipe/train/trainer.h"
+#include "support/pipeline_runs.h"
+#include "support/train_runs.h"
+
+namespace stalepipe::exec {
+namespace {
+
+constexpr auto kChannelsLast = torch::MemoryFormat::ChannelsLast;
+
+// Strictly channels-last: in that layout and not also plain contiguous.
+bool strictly_channels_last(const torch::Tensor& t) {
+  return t.dim() == 4 && t.is_contiguous(kChannelsLast) && !t.is_contiguous();
+}
+
+TEST(ChannelsLast, RegistersAndTheGradientsSentBackStayChannelsLast) {
+  torch::manual_seed(3);
+  models::InputShape input;
+  input.channels = 1;
+  const auto model = models::make_model("resnet8", input);
+  const auto plan = partition::make_plan(model, {3});  // after the first residual block
+  Pipeline pipeline(model, plan, {torch::kCPU, torch::kCPU}, optim::SgdOptions(), {}, 1, kChannelsLast);
+  for (int k = 0; k < 2; ++k) {
+    for (const auto& p : pipeline.stage(k).module()->parameters()) {
+      // (A weight with one input channel is both layouts at once.)
+      if (p.dim() == 4) EXPECT_TRUE(p.is_contiguous(kChannelsLast)) << "partition " << k + 1 << " weight " << p.sizes();
+    }
+  }
+  const torch::Tensor x = torch::randn({4, 1, 32, 32});  // NCHW, as the loader gives it
+  const torch::Tensor y = torch::randint(10, {4}, torch::kLong);
+  const torch::Tensor reg = pipeline.stage(0).forward(0, x);
+  EXPECT_TRUE(strictly_channels_last(reg)) << reg.sizes() << " strides " << reg.strides();
+  pipeline.stage(1).forward_loss(0, reg, y);
+  const torch::Tensor grad = pipeline.stage(1).backward(0, torch::Tensor());
+  EXPECT_TRUE(strictly_channels_last(grad)) << grad.sizes() << " strides " << grad.strides();
+  pipeline.stage(0).backward(0, grad);
+  for (const auto& p : pipeline.stage(0).module()->parameters()) {
+    if (p.dim() == 4) EXPECT_TRUE(p.grad().is_contiguous(kChannelsLast)) << p.sizes();
+  }
+}
+
+TEST(ChannelsLast, ExecutorsAgreeBitForBitAndMatchNchwUpToReductionOrder) {
+  const nlohmann::json common = {{"model", "resnet8"}, {"data", "synthetic:64"}, {"batch_size", 16}, {"lr", 0.01}};
+  auto run = [&](const char* executor, bool channels_last) {
+    nlohmann::json j = common;
+    j["executor"] = executor;
+    j["channels_last"] = channels_last;
+    return train::train(test::small_run("3", j), test::quiet_hooks()).parameters;
+  };
+  const auto emulated = run("emulated", true);
+  EXPECT_TRUE(test::all_equal(run("threads", true), emulated));
+  EXPECT_TRUE(test::all_close(run("emulated", false), emulated, 1e-3, 2e-4));  // 8 steps apart
+}
+
+}  // namespace
+}  // namespace stalepipe::exec
