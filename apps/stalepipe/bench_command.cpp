@@ -92,7 +92,7 @@ void measure_processes(perf::BenchReport& report, int repeats) {
       "--batch-size", std::to_string(o.batch_size()), "--epochs", "2", "--test-subset", "1",  // evaluation is not timed
       "--pipeline", report.ppv, "--threads", std::to_string(report.threads), "--lr", "0.01",
       "--progress", "none", "--seed", std::to_string(o.seed())};
-  if (o.channels_last()) common.push_back("--channels-last");
+  common.insert(common.end(), {"--layout", report.layout});
   auto train_args = [&](const std::string& executor, const std::string& out) {
     std::vector<std::string> a = {"train", "--executor", executor, "--out", out};
     a.insert(a.end(), common.begin(), common.end());
@@ -125,7 +125,7 @@ void measure_processes(perf::BenchReport& report, int repeats) {
 Command add_bench(CLI::App& app) {
   struct Args {
     perf::BenchOptions options;
-    std::string json, ppv, balance = "time";
+    std::string json, ppv, balance = "time", layout = "auto";
     bool processes = false;
     int processes_repeats = 3;
   };
@@ -143,7 +143,7 @@ Command add_bench(CLI::App& app) {
   app.add_option("--threads", o.threads(), "cores to use in all (0: all)")->capture_default_str();
   app.add_option("--rounds", o.rounds(), "alternated runs of every configuration; medians are reported")->capture_default_str();
   app.add_option("--seed", o.seed(), "model and data seed")->capture_default_str();
-  app.add_flag("--channels-last", o.channels_last(), "every configuration in channels-last (NHWC) layout");
+  app.add_option("--layout", a->layout, "every configuration in nchw | channels-last | auto (the model's default)")->capture_default_str();
   app.add_option("--json", a->json, "also write the report as JSON to this file");
   app.add_flag("--processes", a->processes,
                "also time train --executor processes on K ranks against --executor threads (slower)");
@@ -153,6 +153,7 @@ Command add_bench(CLI::App& app) {
       ->capture_default_str();
   return [a]() {
     a->options.ppv(partition::parse_ppv(a->ppv)).balance(partition::balance_from_name(a->balance));
+    a->options.layout(layout_from_name(a->layout));
     SP_CHECK_ARG(a->ppv.empty() || !a->options.ppv().empty(), "--pipeline ", a->ppv,
                  ": bench measures a pipeline; give at least one register");
     auto report = perf::run_bench(a->options, [](const std::string& line) {

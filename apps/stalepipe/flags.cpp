@@ -54,7 +54,7 @@ const std::pair<const char*, const char*> kFlags[] = {
     {"RunOptions::out", "--out"},
     {"RunOptions::checkpoint_every", "--checkpoint-every"},
     {"RunOptions::eval_every", "--eval-every"},
-    {"PipelineOptions::channels_last", "--channels-last"},
+    {"PipelineOptions::layout", "--layout"},
     {"RunOptions::targets", "--targets"},
     {"RunOptions::progress", "--progress"},
     {"RunOptions::trace", "--trace"},
@@ -108,6 +108,7 @@ void add_option_flags(CLI::App& app, Options& o, TrainFlags& text) {
   text.lr_schedule = optim::to_string(z.lr_schedule());
   text.loss = z.loss().name();
   text.progress = to_string(r.progress());
+  text.layout = to_string(p.layout());
   app.add_option("--model", r.model(), "lenet5 | alexnet | vgg16 | resnet<6n+2> (resnet20, resnet56, ...)")->capture_default_str();
   app.add_option("--dropout", r.dropout(), "alexnet, vgg16: dropout probability before each hidden fc layer (0: none)")->capture_default_str();
   app.add_option("--model-file", r.model_file(), "a TorchScript file saved by PyTorch 1.13 (instead of --model): a scripted torch.nn.Sequential, each child a unit; input C x 32 x 32")->capture_default_str();
@@ -147,7 +148,7 @@ void add_option_flags(CLI::App& app, Options& o, TrainFlags& text) {
   app.add_option("--executor", text.executor, "emulated (reference, one thread) | threads (one thread per partition) | processes (one rank per partition; see launch)")->capture_default_str();
   app.add_option("--devices", text.devices, "one device per partition, e.g. cpu,cpu or cuda:0,cuda:1 (default: cpu)");
   app.add_option("--threads", p.threads(), "intra-op threads in all (0: all cores)")->capture_default_str();
-  app.add_flag("--channels-last", p.channels_last(), "weights, activations and registers in channels-last (NHWC) layout");
+  app.add_option("--layout", text.layout, "weights, activations and registers in nchw | channels-last | auto (the faster for the model, as measured)")->capture_default_str();
   app.add_option("--threads-per-worker", p.threads_per_worker(), "intra-op threads per partition (0: threads / partitions)")->capture_default_str();
   app.add_option("--out", r.out(), "run directory: config.json, metrics.jsonl, summary.json, checkpoint/");
   app.add_option("--checkpoint-every", r.checkpoint_every(), "also checkpoint every N steps (0: at epoch ends only)")->capture_default_str();
@@ -174,6 +175,7 @@ void apply(const TrainFlags& text, Options& o) {
   o.optimizer().lr_schedule(optim::lr_schedule_from_name(text.lr_schedule));
   o.optimizer().loss(exec::Loss(text.loss));
   o.run().progress(progress_from_name(text.progress));
+  o.pipeline().layout(layout_from_name(text.layout));
 }
 
 }  // namespace stalepipe::cli

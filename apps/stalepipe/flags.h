@@ -16,7 +16,7 @@ std::string with_flags(std::string message);
 // Registers every field of the option tree as a flag of `app` (defaults shown in --help).
 // Fields given as text (PPV, devices, hybrid switch, enums) are parsed when `apply` runs.
 struct TrainFlags {
-  std::string ppv, devices, hybrid_switch, schedule, balance, executor, lr_schedule, progress, loss;
+  std::string ppv, devices, hybrid_switch, schedule, balance, executor, lr_schedule, progress, loss, layout;
 };
 void add_option_flags(CLI::App& app, Options& options, TrainFlags& text);
 // Parses the text fields into `options`; UsageError naming the flag's field for a bad value.

@@ -53,6 +53,7 @@ Command add_simulate(CLI::App& app) {
     // The same cut as train chooses: one assembly path (api/assemble.h).
     Options o;
     o.data().batch_size(a->batch_size);
+    o.run().model(a->model);  // the layout train would choose for it
     o.pipeline().ppv(partition::parse_ppv(a->pipeline)).partitions(a->partitions)
         .balance(partition::balance_from_name(a->balance)).threads_per_worker(a->threads);
     const Assembly cut = plan_pipeline(model, o, /*want_profile=*/true, given ? &*given : nullptr);

@@ -10,8 +10,9 @@
 
 namespace stalepipe {
 
-torch::MemoryFormat memory_format(const PipelineOptions& options) {
-  return options.channels_last() ? torch::MemoryFormat::ChannelsLast : torch::MemoryFormat::Contiguous;
+torch::MemoryFormat memory_format(const Options& options) {
+  return resolved_layout(options) == Layout::kChannelsLast ? torch::MemoryFormat::ChannelsLast
+                                                           : torch::MemoryFormat::Contiguous;
 }
 
 partition::ProfileOptions profile_settings(const Options& options, int partitions) {
@@ -21,7 +22,7 @@ partition::ProfileOptions profile_settings(const Options& options, int partition
   p.threads = threads_per_worker(options.pipeline(), partitions);
   p.warmup = 1;
   p.repeats = 3;
-  p.memory_format = memory_format(options.pipeline());
+  p.memory_format = memory_format(options);
   return p;
 }
 
@@ -47,7 +48,7 @@ Assembly plan_pipeline(models::Model& model, const Options& options, bool want_p
   const PipelineOptions& o = options.pipeline();
   SP_CHECK_ARG(!model.units.empty(), "model ", model.name, " has no units");
   // Before the profile, so that it times the layout the pipeline will run.
-  for (auto& unit : model.units) models::to_memory_format(*unit.module.ptr(), memory_format(o));
+  for (auto& unit : model.units) models::to_memory_format(*unit.module.ptr(), memory_format(options));
   Assembly a;
   const int K = o.partitions() > 0 ? o.partitions() : static_cast<int>(o.ppv().size()) + 1;
   std::vector<int> ppv = o.ppv();
@@ -92,7 +93,7 @@ Assembly assemble(models::Model& model, const Options& options, int64_t steps_pe
   a.pipeline = std::make_unique<exec::Pipeline>(model, a.plan, a.devices,
                                                 sgd_options(o, steps_per_epoch),
                                                 exec::Objective{o.loss(), o.metric()},
-                                                options.run().seed(), memory_format(options.pipeline()));
+                                                options.run().seed(), memory_format(options));
   if (o.fixed_weight_norm() || options.pipeline().hybrid_norm_reset()) {
     int invariant = 0;
     for (auto* stage : a.pipeline->stages()) invariant += stage->optimizer().scale_invariant_count();

@@ -6,6 +6,7 @@
 #include <torch/cuda.h>
 
 #include "stalepipe/common/names.h"
+#include "stalepipe/models/zoo.h"
 #include "stalepipe/partition/plan.h"
 
 namespace stalepipe {
@@ -15,6 +16,9 @@ const std::pair<ProgressMode, const char*> kProgressNames[] = {{ProgressMode::kA
                                                                {ProgressMode::kBar, "bar"},
                                                                {ProgressMode::kLines, "lines"},
                                                                {ProgressMode::kNone, "none"}};
+const std::pair<Layout, const char*> kLayoutNames[] = {{Layout::kAuto, "auto"},
+                                                       {Layout::kNchw, "nchw"},
+                                                       {Layout::kChannelsLast, "channels-last"}};
 
 void check_device(const torch::Device& d) {
   if (d.is_cuda()) {
@@ -106,6 +110,22 @@ std::string to_string(ProgressMode mode) { return name_of(kProgressNames, mode);
 
 ProgressMode progress_from_name(const std::string& name, const std::string& field) {
   return value_of(kProgressNames, name, field);
+}
+
+std::string to_string(Layout layout) { return name_of(kLayoutNames, layout); }
+
+Layout layout_from_name(const std::string& name, const std::string& field) {
+  return value_of(kLayoutNames, name, field);
+}
+
+Layout resolved_layout(Layout asked, const std::string& zoo_model) {
+  if (asked != Layout::kAuto) return asked;
+  return models::prefers_channels_last(zoo_model) ? Layout::kChannelsLast : Layout::kNchw;
+}
+
+Layout resolved_layout(const Options& options) {
+  const RunOptions& run = options.run();
+  return resolved_layout(options.pipeline().layout(), run.model_file().empty() ? run.model() : "");
 }
 
 int resolved_threads(const PipelineOptions& o) {

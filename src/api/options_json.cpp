@@ -58,6 +58,7 @@ struct Name {
   static void read(const json& j, ExecutorKind& v, const std::string& f) { v = exec::executor_from_name(j.get<std::string>(), f); }
   static void read(const json& j, LrScheduleKind& v, const std::string& f) { v = optim::lr_schedule_from_name(j.get<std::string>(), f); }
   static void read(const json& j, ProgressMode& v, const std::string& f) { v = progress_from_name(j.get<std::string>(), f); }
+  static void read(const json& j, Layout& v, const std::string& f) { v = layout_from_name(j.get<std::string>(), f); }
 };
 
 // Every stored field once: (part, field, config.json key, how it is written).
@@ -89,7 +90,7 @@ struct Name {
   X(pipeline, segment_steps, "segment_steps", Plain) X(run, dropout, "dropout", Plain)         \
   X(optimizer, loss, "loss", LossName) X(run, model_file, "model_file", Plain)                  \
   X(run, eval_every, "eval_every", Plain) X(run, targets, "targets", Plain)                      \
-  X(pipeline, channels_last, "channels_last", Plain)
+  X(pipeline, layout, "layout", Name)
 
 // What does not change the trained weights.
 const char* const kNotHashed[] = {"out", "progress", "executor", "threads", "devices", "trace",
@@ -99,7 +100,7 @@ const char* const kNotHashed[] = {"out", "progress", "executor", "threads", "dev
 const char* const kHashedWhenSet[] = {"micro_batches", "delay_aware_lr", "delay_lr_anneal_epochs",
                                       "weight_prediction", "spike_compensation", "fixed_weight_norm",
                                       "hybrid_norm_reset", "segment_steps", "dropout", "loss",
-                                      "model_file", "eval_every", "channels_last"};
+                                      "model_file", "eval_every"};
 // Not in the files of 0.2 (the legacy hash's JSON).
 const char* const kNewIn03[] = {"stop_at_step", "profile_batch", "segment_steps", "model_file"};
 
@@ -110,6 +111,10 @@ json hashed_json(const Options& options) {
   for (const char* key : kHashedWhenSet) {
     if (j[key] == defaults[key]) j.erase(key);
   }
+  // The layout as it runs, under the earlier key "channels_last" (present only when true), so
+  // that "auto" and the layout it stands for hash alike, and so do runs written before.
+  j.erase("layout");
+  if (resolved_layout(options) == Layout::kChannelsLast) j["channels_last"] = true;
   return j;
 }
 
@@ -130,6 +135,12 @@ Options options_from_json(const json& j, const std::string& source) {
   if (j.contains(key)) codec::read(j.at(key), options.part().field(), source + ": " + key);
     SP_OPTION_FIELDS(SP_READ)
 #undef SP_READ
+    // Files without a layout were written before it had a default per model: NCHW, or the
+    // earlier "channels_last": true.
+    if (!j.contains("layout")) {
+      const bool channels_last = j.contains("channels_last") && j.at("channels_last").get<bool>();
+      options.pipeline().layout(channels_last ? Layout::kChannelsLast : Layout::kNchw);
+    }
   } catch (const json::exception& e) {
     throw RuntimeError(source + ": not a valid stalepipe config: " + e.what());
   }

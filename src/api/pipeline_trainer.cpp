@@ -47,6 +47,8 @@ const char* epoch_valued_field(const Options& options) {
 PipelineTrainer::PipelineTrainer(models::Model model, Options options, int64_t steps_per_epoch)
     : model_(std::move(model)), options_(std::move(options)), feeder_(std::make_unique<Feeder>()) {
   check_options(options_);
+  // Decided by the network given; options() then tells the layout that runs.
+  options_.pipeline().layout(resolved_layout(options_.pipeline().layout(), model_.script ? "" : model_.name));
   SP_CHECK_ARG(steps_per_epoch >= 0, "PipelineTrainer: steps_per_epoch must be >= 0, got ", steps_per_epoch);
   const PipelineOptions& o = options_.pipeline();
   kind_ = o.schedule() == ScheduleKind::kHybrid ? ScheduleKind::kStale : o.schedule();
@@ -159,6 +161,13 @@ exec::SegmentResult PipelineTrainer::run_segment(int64_t first, int64_t end, exe
   const bool sequential = kind_ == ScheduleKind::kSequential || (hybrid && first >= switch_step);
   context.lr = lr_;
   context.threads_per_worker = info_.threads_per_worker;
+  // One partition works at a time in a sequential segment, so each gets every thread, unless
+  // threads_per_worker fixes the count. Every executor alike: thread counts can change a
+  // reduction's order, and the executors must agree bit for bit.
+  const PipelineOptions& o = options_.pipeline();
+  if (sequential && o.threads_per_worker() == 0) {
+    context.threads_per_worker.assign(context.threads_per_worker.size(), resolved_threads(o));
+  }
   // At the start of the first sequential segment; a checkpoint at the switch step is written
   // before it, so a resumed run resets exactly where an uninterrupted one does.
   if (hybrid && first == switch_step && options_.pipeline().hybrid_norm_reset()) {

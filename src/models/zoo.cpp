@@ -61,6 +61,10 @@ std::vector<std::string> model_names() {
 
 bool has_dropout_placement(const std::string& name) { return name == "alexnet" || name == "vgg16"; }
 
+bool prefers_channels_last(const std::string& name) {
+  return name.rfind(kResNetPrefix, 0) == 0;
+}
+
 Model make_model(const std::string& name, const InputShape& input, const ZooOptions& options) {
   SP_CHECK_ARG(options.dropout() >= 0 && options.dropout() < 1, "model ", name,
                ": dropout must be in [0, 1), got ", options.dropout());

@@ -46,9 +46,9 @@ Options bench_options(const BenchOptions& o, const std::vector<int>& ppv, int pa
   Options x;
   x.data().batch_size(o.batch_size());
   x.pipeline().ppv(ppv).partitions(ppv.empty() ? partitions : 0).balance(o.balance()).threads(o.threads());
-  x.pipeline().channels_last(o.channels_last());
+  x.pipeline().layout(o.layout());
   x.optimizer().lr(kLr).lr_schedule(LrScheduleKind::kConstant);
-  x.run().seed(o.seed());
+  x.run().model(o.model()).seed(o.seed());  // the model names the layout kAuto stands for
   return x;
 }
 
@@ -178,6 +178,7 @@ void check_options(const BenchOptions& o, int K) {
 std::vector<int> predict(BenchReport& report, models::Model& model, const BenchOptions& o, int K) {
   const Assembly cut = plan_pipeline(model, bench_options(o, o.ppv(), K), /*want_profile=*/true);
   report.ppv = partition::format_ppv(cut.plan.ppv);
+  report.layout = to_string(resolved_layout(bench_options(o, o.ppv(), K)));
   const auto costs = sim::partition_costs(*cut.profile, cut.plan);
   for (int k = 0; k < K; ++k) {
     report.partition_ms.push_back(1e3 * (costs.forward_seconds[k] + costs.backward_seconds[k]));

@@ -13,7 +13,7 @@ namespace stalepipe::perf {
 std::string format_bench_report(const BenchReport& r) {
   const auto& o = r.options;
   std::string s = c10::str("bench ", o.model(), ": batch ", o.batch_size(), ", ", o.channels(),
-                           " channel(s), PPV ", r.ppv, " (", r.partitions, " partitions",
+                           " channel(s), ", r.layout, ", PPV ", r.ppv, " (", r.partitions, " partitions",
                            o.ppv().empty() ? c10::str(", balanced by ", partition::to_string(o.balance())) : std::string(),
                            "), ", r.threads, " cores, ", o.warmup_steps(), " warm-up + ", o.steps(),
                            " measured steps",
@@ -81,6 +81,7 @@ std::string to_json(const BenchReport& r) {
   j["batch_size"] = o.batch_size();
   j["channels"] = o.channels();
   j["ppv"] = r.ppv;
+  j["layout"] = r.layout;
   j["pipeline_given"] = !o.ppv().empty();
   j["balance"] = partition::to_string(o.balance());
   j["partitions"] = r.partitions;

@@ -116,8 +116,8 @@ void build(Run& run) {
   torch::manual_seed(o.run().seed());
   auto model = make_run_model(o.run(), input);
   run.trainer = std::make_unique<PipelineTrainer>(std::move(model), o, run.train_loader->batches_per_epoch());
-  // config.json records the cut that was chosen, so that a resumed run keeps it.
-  o.pipeline().ppv(run.trainer->plan().ppv);
+  // config.json records the cut and the layout chosen, so that a resumed run keeps them.
+  o.pipeline().ppv(run.trainer->plan().ppv).layout(run.trainer->options().pipeline().layout());
 }
 
 // Epochs the run trains (the last may be partial when max_steps cuts it).

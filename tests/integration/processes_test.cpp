@@ -377,6 +377,7 @@ TEST(OneLoop, WeightsEqualThoseOfTheCodeBeforeBitForBit) {
       TempDir dir;
       const std::vector<std::string> args = {"train", "--model", c.model, "--pipeline", c.ppv, "--batch-size", c.batch,
                                              "--max-steps", "50", "--epochs", "1", "--threads-per-worker", "1",
+                                             "--layout", "nchw",  // the layout the digests were recorded in
                                              "--executor", executor, "--progress", "none", "--out", dir.file("run")};
       const int status = executor == "processes" ? run_launch(c.partitions, args, dir.file("log"), 120, pins)
                                                  : wait_for(spawn(args, pins, dir.file("log")), 120);

@@ -30,8 +30,8 @@ struct Assembly {
 // the intra-op thread count a worker of the K-partition pipeline will have, 1 warm-up and 3
 // measured steps.
 partition::ProfileOptions profile_settings(const Options& options, int partitions);
-// The layout PipelineOptions::channels_last asks for.
-torch::MemoryFormat memory_format(const PipelineOptions& options);
+// The layout PipelineOptions::layout asks for (resolved_layout).
+torch::MemoryFormat memory_format(const Options& options);
 
 // profile_model with those settings, then the model's parameters, buffers and the global RNG
 // put back, so that building a pipeline never changes what training computes.

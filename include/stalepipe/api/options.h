@@ -40,6 +40,10 @@ using schedule::ScheduleKind;
 
 using optim::LrScheduleKind;
 enum class ProgressMode { kAuto, kBar, kLines, kNone };
+// The memory layout of 4-D weights, activations and registers (models/memory_format.h).
+// kAuto: the one measured fastest for the zoo network (models::prefers_channels_last), NCHW
+// for a model file or a network of the caller's.
+enum class Layout { kAuto, kNchw, kChannelsLast };
 
 // A point in training: after `count` epochs, or (in_steps) after `count` mini-batches.
 // count < 0: not set.
@@ -96,15 +100,19 @@ struct PipelineOptions {
   // One device per partition; empty = all CPU. Each must be present on this machine.
   TORCH_ARG(std::vector<torch::Device>, devices) = {};
   // Intra-op threads: `threads` in total (0 = all cores), split evenly over the partitions,
-  // at least 1 each; threads_per_worker > 0 sets each partition's count directly.
+  // at least 1 each, except in sequential segments (schedule sequential, a hybrid after its
+  // switch), where one partition works at a time with all of them; threads_per_worker > 0
+  // sets each partition's count directly, throughout.
   TORCH_ARG(int, threads) = 0;
   TORCH_ARG(int, threads_per_worker) = 0;
   // PipelineTrainer::feed drains at least every this many mini-batches.
   TORCH_ARG(int64_t, segment_steps) = 1 << 16;
-  // Weights, activations and registers in channels-last (NHWC) layout instead of NCHW
-  // (models/memory_format.h). Changes the order of floating-point reductions, so the weights'
-  // bits (not the executors' agreement).
-  TORCH_ARG(bool, channels_last) = false;
+  // Weights, activations and registers in NCHW or channels-last (NHWC) layout. The layout
+  // changes the order of floating-point reductions, so the weights' bits (never the
+  // executors' agreement). A run directory records the layout that ran; a config.json
+  // without one was written before the per-model default, in NCHW (or with the earlier key
+  // "channels_last": true), and is read that way, so older runs resume as they ran.
+  TORCH_ARG(Layout, layout) = Layout::kAuto;
 };
 
 // SGD, its learning rate over time, the staleness mitigations and the loss.
@@ -179,6 +187,15 @@ void check_options(const Options& options);
 std::string to_string(ProgressMode mode);
 ProgressMode progress_from_name(const std::string& name,
                                 const std::string& field = "RunOptions::progress");
+std::string to_string(Layout layout);  // "auto", "nchw", "channels-last"
+Layout layout_from_name(const std::string& name, const std::string& field = "PipelineOptions::layout");
+
+// `asked` with kAuto decided (never kAuto): the zoo's choice for `zoo_model`
+// (models::prefers_channels_last), NCHW where it names no zoo network (empty: a model file
+// or the caller's own network). PipelineTrainer decides by the name of the model it is given;
+// the second form by RunOptions::model, or NCHW for RunOptions::model_file, as train/ builds it.
+Layout resolved_layout(Layout asked, const std::string& zoo_model);
+Layout resolved_layout(const Options& options);
 
 // The total intra-op thread count `threads` stands for (0: all cores), and each partition's.
 int resolved_threads(const PipelineOptions& options);

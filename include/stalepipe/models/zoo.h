@@ -62,6 +62,11 @@ Model make_model(const std::string& name, const InputShape& input, const ZooOpti
 // Whether `name` has a dropout placement (ZooOptions::dropout).
 bool has_dropout_placement(const std::string& name);
 
+// Whether `name`'s zoo network trains faster in channels-last (NHWC) than in NCHW on CPU, as
+// measured (docs/performance.md, "Channels-last"); false for a name that is no zoo network.
+// The default layout of PipelineOptions::layout kAuto.
+bool prefers_channels_last(const std::string& name);
+
 // The valid names for help text: {"lenet5", "alexnet", "vgg16", "resnet<6n+2>"}.
 std::vector<std::string> model_names();
 

@@ -40,6 +40,7 @@
 
 #include <torch/arg.h>
 
+#include "stalepipe/api/options.h"
 #include "stalepipe/partition/balance.h"
 
 namespace stalepipe::sim {
@@ -60,7 +61,7 @@ struct BenchOptions {
   TORCH_ARG(int, threads) = 0;              // cores in all; 0 = std::thread::hardware_concurrency
   TORCH_ARG(int, rounds) = 1;               // 1..100: alternated runs of every configuration
   TORCH_ARG(uint64_t, seed) = 1;
-  TORCH_ARG(bool, channels_last) = false;    // PipelineOptions::channels_last for every configuration
+  TORCH_ARG(Layout, layout) = Layout::kAuto;  // PipelineOptions::layout of every configuration
 };
 
 // One configuration's result.
@@ -135,6 +136,7 @@ double steady_images_per_second(const std::vector<double>& completion_seconds, i
 struct BenchReport {
   BenchOptions options;
   std::string ppv;              // the PPV measured, "7"
+  std::string layout;           // the layout measured, "nchw" or "channels-last"
   int partitions = 0;
   int threads = 0;              // cores used in all
   int threads_per_worker = 0;   // threads / K, at least 1

@@ -354,6 +354,41 @@ TEST(PipelineTrainer, BalancedPartitionsAndHybridSwitch) {
   expect_same(stepped.parameters(), reference.parameters());
 }
 
+// A unit that notes the intra-op thread count of each forward it runs, in order.
+struct ThreadProbeImpl : nn::Module {
+  nn::Linear fc{nullptr};
+  std::vector<int>* seen;
+  ThreadProbeImpl(int64_t in, int64_t out, std::vector<int>* seen_by) : seen(seen_by) {
+    fc = register_module("fc", nn::Linear(in, out));
+  }
+  torch::Tensor forward(const torch::Tensor& x) {
+    seen->push_back(at::get_num_threads());  // one partition's forwards run on one thread
+    return fc(x.flatten(1));
+  }
+};
+TORCH_MODULE(ThreadProbe);
+
+// Pipelined, each of the 2 workers has half the threads; after the hybrid switch one
+// partition works at a time, with all of them. Emulated runs the same counts.
+TEST(PipelineTrainer, TheSequentialPhaseGivesEachPartitionEveryThread) {
+  for (const char* executor : {"threads", "emulated"}) {
+    std::vector<int> first, last;
+    auto model = models::ModelBuilder("probes", {1, 32, 32, 10})
+                     .add("first", ThreadProbe(1024, 16, &first), models::UnitOptions().cut_after(true))
+                     .add("last", ThreadProbe(16, 10, &last))
+                     .build();
+    PipelineTrainer trainer(model, Flat().ppv({1}).threads(2).executor(executor).schedule("hybrid")
+                                       .hybrid_switch_step(3));
+    first.clear();  // the shape checks of building it
+    last.clear();
+    for (const auto& b : synthetic_batches(6)) trainer.feed(b.x, b.target);
+    trainer.finish();
+    const std::vector<int> expected = {1, 1, 1, 2, 2, 2};
+    EXPECT_EQ(first, expected) << executor;
+    EXPECT_EQ(last, expected) << executor;
+  }
+}
+
 // With hybrid_norm_reset the conv weights (each feeds a batch norm) start the sequential phase
 // at their initial norms. The phase's learning rate is 0, so the weights after it are the
 // reset ones.

@@ -1,4 +1,4 @@
-// PipelineOptions::channels_last: weights, activations, registers and the gradients sent
+// PipelineOptions::layout channels-last: weights, activations, registers and the gradients sent
 // back are channels-last all the way (no conversion at a partition boundary), the executors
 // still agree bit for bit, and the results equal NCHW training up to reduction order.
 #include <gtest/gtest.h>
@@ -51,7 +51,7 @@ TEST(ChannelsLast, ExecutorsAgreeBitForBitAndMatchNchwUpToReductionOrder) {
   auto run = [&](const char* executor, bool channels_last) {
     nlohmann::json j = common;
     j["executor"] = executor;
-    j["channels_last"] = channels_last;
+    j["layout"] = channels_last ? "channels-last" : "nchw";
     return train::train(test::small_run("3", j), test::quiet_hooks()).parameters;
   };
   const auto emulated = run("emulated", true);

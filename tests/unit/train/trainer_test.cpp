@@ -149,8 +149,10 @@ TEST(Trainer, ShortSegmentsReportTheStalenessAsItRanAndWarnOnce) {
   std::vector<std::string> lines;
   auto hooks = quiet();
   hooks.log = [&lines](const std::string& line) { lines.push_back(line); };
-  const auto short_segments = train(small("1,3", {{"checkpoint_every", 1}, {"out", dir.path()}}), hooks);
-  const auto sequential = train(small("1,3", {{"schedule", "sequential"}}), quiet());
+  // One thread per partition in both (a sequential schedule would otherwise give each all).
+  const auto short_segments =
+      train(small("1,3", {{"checkpoint_every", 1}, {"threads_per_worker", 1}, {"out", dir.path()}}), hooks);
+  const auto sequential = train(small("1,3", {{"schedule", "sequential"}, {"threads_per_worker", 1}}), quiet());
   EXPECT_TRUE(test::all_equal(short_segments.parameters, sequential.parameters));
   auto summary = nlohmann::json::parse(std::ifstream(dir.path() + "/summary.json"));
   EXPECT_EQ(summary["staleness"], nlohmann::json({3, 1, 0}));
