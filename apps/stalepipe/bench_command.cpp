@@ -176,13 +176,16 @@ Command add_memory(CLI::App& app) {
   auto json = std::make_shared<std::string>();
   app.add_option("--model", o->model, "lenet5 | alexnet | vgg16 | resnet<6n+2>")->capture_default_str();
   auto ppv = std::make_shared<std::string>();
+  auto layout = std::make_shared<std::string>("auto");
   app.add_option("--pipeline", *ppv, "PPV, e.g. 2 (at least one register)")->required();
   app.add_option("--batch-size", o->batch_size, "mini-batch size")->capture_default_str();
   app.add_option("--channels", o->channels, "input channels (1: MNIST-like, 3: CIFAR-10)")->capture_default_str();
   app.add_option("--seed", o->seed, "model seed")->capture_default_str();
+  app.add_option("--layout", *layout, "nchw | channels-last | auto (the model's default)")->capture_default_str();
   app.add_option("--json", *json, "also write the report as JSON to this file");
-  return [o, json, ppv]() {
+  return [o, json, ppv, layout]() {
     o->ppv = partition::parse_ppv(*ppv);
+    o->layout = layout_from_name(*layout);
     const auto report = perf::memory_report(*o);
     std::fputs(perf::format_memory_report(report).c_str(), stdout);
     if (!json->empty()) write_file_atomic(*json, perf::to_json(report));

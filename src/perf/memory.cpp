@@ -13,6 +13,7 @@
 #include "stalepipe/api/assemble.h"
 #include "stalepipe/common/error.h"
 #include "stalepipe/exec/stage.h"
+#include "stalepipe/models/memory_format.h"
 #include "stalepipe/models/zoo.h"
 #include "stalepipe/partition/plan.h"
 #include "stalepipe/partition/profile.h"
@@ -73,6 +74,11 @@ std::vector<int64_t> with_batch(std::vector<int64_t> shape, int64_t batch) {
   return shape;
 }
 
+torch::MemoryFormat memory_format(const MemoryOptions& o) {
+  return resolved_layout(o.layout, o.model) == Layout::kChannelsLast ? torch::MemoryFormat::ChannelsLast
+                                                                     : torch::MemoryFormat::Contiguous;
+}
+
 }  // namespace
 
 MemoryTable predict_memory(const std::vector<int64_t>& activation_bytes,
@@ -125,6 +131,7 @@ std::vector<int64_t> measure_partition_peaks(const MemoryOptions& o, const std::
   // Long enough for every worker to reach its largest in-flight count and drain.
   const auto schedule = schedule::make_schedule(
       K == 1 ? schedule::ScheduleKind::kSequential : schedule::ScheduleKind::kStale, K, 0, 4 * K);
+  const auto format = memory_format(o);
   const int threads_before = at::get_num_threads();
   at::set_num_threads(1);
   std::vector<int64_t> peaks;
@@ -143,7 +150,8 @@ std::vector<int64_t> measure_partition_peaks(const MemoryOptions& o, const std::
         for (size_t u = plan.unit_ranges[k].first; u < plan.unit_ranges[k].second; ++u) {
           seq->push_back(model.units[u].name, model.units[u].module);
         }
-        stage = std::make_unique<exec::Stage>(k, K, seq, torch::kCPU, sgd_options(OptimizerOptions(), 0));
+        stage = std::make_unique<exec::Stage>(k, K, seq, torch::kCPU, sgd_options(OptimizerOptions(), 0),
+                                              exec::Objective{}, o.seed, format);
       }
       stage->begin_segment(schedule, [](int64_t) { return 0.01; });
       const auto in_shape = with_batch(shapes[k], o.batch_size);
@@ -151,7 +159,9 @@ std::vector<int64_t> measure_partition_peaks(const MemoryOptions& o, const std::
       for (const auto& op : schedule.worker_ops[k]) {
         switch (op.kind) {
           case schedule::OpKind::kForward: {
-            const torch::Tensor x = torch::randn(in_shape);  // the message from worker k-1
+            // The loader's batch (NCHW) or the message from worker k-1 (in the stage's layout).
+            const torch::Tensor x = torch::randn(in_shape, torch::TensorOptions().memory_format(
+                                                               k == 0 ? torch::MemoryFormat::Contiguous : format));
             if (stage->is_last()) {
               stage->forward_loss(op.step, x, torch::randint(0, 10, {o.batch_size}, torch::kLong));
             } else {
@@ -160,7 +170,8 @@ std::vector<int64_t> measure_partition_peaks(const MemoryOptions& o, const std::
             break;
           }
           case schedule::OpKind::kBackward:
-            stage->backward(op.step, stage->is_last() ? torch::Tensor() : torch::randn(out_shape));
+            stage->backward(op.step, stage->is_last() ? torch::Tensor()
+                                                      : torch::randn(out_shape, torch::TensorOptions().memory_format(format)));
             break;
           case schedule::OpKind::kUpdate:
             stage->update(op.step, 0.01);
@@ -187,6 +198,9 @@ MemoryReport memory_report(const MemoryOptions& o) {
   SP_CHECK_ARG(o.channels >= 1 && o.channels <= 64, "MemoryOptions::channels must be 1..64, got ", o.channels);
   torch::manual_seed(o.seed);
   auto model = models::make_model(o.model, input_shape(o));
+  for (auto& unit : model.units) {  // profile_model keeps the weights' layout
+    models::to_memory_format(*unit.module.ptr(), memory_format(o));
+  }
   const auto plan = partition::make_plan(model, ppv);
   const int K = plan.num_partitions();
 
@@ -196,6 +210,8 @@ MemoryReport memory_report(const MemoryOptions& o) {
   p.threads = 1;
   p.warmup = 0;
   p.repeats = 1;
+  p.memory_format = memory_format(o);
+  r.layout = to_string(resolved_layout(o.layout, o.model));
   const auto costs = sim::partition_costs(partition::profile_model(model, p), plan);
   const auto stats = schedule::analyze(schedule::make_schedule(schedule::ScheduleKind::kStale, K, 0, 4 * K + 4));
   std::vector<int> in_flight;
@@ -211,6 +227,7 @@ MemoryReport memory_report(const MemoryOptions& o) {
   }
   r.measured_non_pipelined_bytes = measure_partition_peaks(o, {})[0];
   r.measured_scheme_added_bytes = sum - r.measured_non_pipelined_bytes;
+  r.measured_peak_ratio = static_cast<double>(sum) / static_cast<double>(r.measured_non_pipelined_bytes);
   // Same base as the computed column (weights + activations): the gradient and momentum
   // buffers, present in both runs alike, are taken out of the measured non-pipelined peak.
   int64_t optimizer = 0;
@@ -226,7 +243,7 @@ std::string format_memory_report(const MemoryReport& r) {
   const auto& t = r.predicted;
   auto mb = [](int64_t bytes) { return static_cast<double>(bytes) / kMb; };
   std::string s = c10::str("memory ", r.options.model, ": pipeline ", partition::format_ppv(r.options.ppv), ", batch ",
-                           t.batch_size, ", ", r.options.channels, " channel(s); MB = 1e6 bytes\n");
+                           t.batch_size, ", ", r.options.channels, " channel(s), ", r.layout, "; MB = 1e6 bytes\n");
   char line[256];
   std::snprintf(line, sizeof(line), "%-10s %9s %12s %10s %12s %12s %9s %12s\n", "partition",
                 "in flight", "act/batch", "weights", "predicted", "measured", "meas/pred",
@@ -247,10 +264,11 @@ std::string format_memory_report(const MemoryReport& r) {
                 "  activations/sample %.3f MB, weights %.3f MB, non-pipelined %.2f MB\n"
                 "  this scheme +%.0f%% (computed), +%.0f%% (measured: non-pipelined peak %.2f MB, partition\n"
                 "  peaks add %.2f MB; %% of the peak less gradient and momentum)\n"
-                "  with weight stashing (PipeDream) +%.0f%% (computed)\n",
+                "  with weight stashing (PipeDream) +%.0f%% (computed)\n"
+                "  the partitions' peaks together: %.3fx the non-pipelined peak (measured)\n",
                 t.activation_mb_per_sample, t.weight_mb, mb(t.non_pipelined_bytes), t.scheme_percent,
                 r.measured_scheme_percent, mb(r.measured_non_pipelined_bytes),
-                mb(r.measured_scheme_added_bytes), t.stash_percent);
+                mb(r.measured_scheme_added_bytes), t.stash_percent, r.measured_peak_ratio);
   s += summary;
   return s;
 }
@@ -272,6 +290,8 @@ std::string to_json(const MemoryReport& r) {
   j["measured_non_pipelined_bytes"] = r.measured_non_pipelined_bytes;
   j["measured_scheme_added_bytes"] = r.measured_scheme_added_bytes;
   j["measured_scheme_percent"] = r.measured_scheme_percent;
+  j["measured_peak_ratio"] = r.measured_peak_ratio;
+  j["layout"] = r.layout;
   auto& parts = j["partitions"] = nlohmann::json::array();
   for (const auto& p : t.partitions) {
     parts.push_back({{"max_in_flight", p.max_in_flight},

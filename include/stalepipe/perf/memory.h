@@ -31,6 +31,8 @@
 #include <string>
 #include <vector>
 
+#include "stalepipe/api/options.h"
+
 namespace stalepipe::perf {
 
 struct PartitionMemory {
@@ -68,6 +70,7 @@ struct MemoryOptions {
   int64_t batch_size = 128;
   int64_t channels = 1;
   uint64_t seed = 1;
+  Layout layout = Layout::kAuto;  // as PipelineOptions::layout, decided for `model`
 };
 
 struct MemoryReport {
@@ -79,6 +82,9 @@ struct MemoryReport {
   int64_t measured_scheme_added_bytes = 0;
   // Of the computed column's base: the non-pipelined peak less gradient and momentum (2W).
   double measured_scheme_percent = 0;
+  // The pipeline's partition peaks summed over the non-pipelined peak (1.0: no extra memory).
+  double measured_peak_ratio = 0;
+  std::string layout;  // the layout measured: "nchw" or "channels-last"
 };
 
 // Peak bytes of each partition of model/ppv running its worker's ops of the stale schedule

@@ -139,5 +139,24 @@ TEST(Memory, MeasuredPeaksHoldWeightsStateAndInFlightInputs) {
   EXPECT_GE(whole[0], 3 * (2572 + 59134) * 4);
 }
 
+TEST(Memory, TheReportMeasuresTheLayoutTrainRunsAndThePeakRatio) {
+  MemoryOptions o;
+  o.model = "resnet8";
+  o.ppv = {3};
+  o.batch_size = 8;
+  const auto auto_layout = memory_report(o);  // the ResNets train channels-last by default
+  EXPECT_EQ(auto_layout.layout, "channels-last");
+  int64_t sum = 0;
+  for (const auto& p : auto_layout.predicted.partitions) sum += p.measured_peak_bytes;
+  EXPECT_DOUBLE_EQ(auto_layout.measured_peak_ratio,
+                   static_cast<double>(sum) / static_cast<double>(auto_layout.measured_non_pipelined_bytes));
+  EXPECT_GT(auto_layout.measured_peak_ratio, 1.0);  // partition 1 holds 2 mini-batches in flight
+  EXPECT_NE(format_memory_report(auto_layout).find("the non-pipelined peak"), std::string::npos);
+  o.layout = Layout::kNchw;
+  const auto nchw = memory_report(o);
+  EXPECT_EQ(nchw.layout, "nchw");
+  EXPECT_EQ(nchw.predicted.weight_mb, auto_layout.predicted.weight_mb);
+}
+
 }  // namespace
 }  // namespace stalepipe::perf
