@@ -24,7 +24,8 @@
 namespace stalepipe::exec {
 namespace {
 
-constexpr int64_t kHeaderSize = 13;  // step, stop, defined, dtype, ndim, dims[0..6], aux
+// step, stop, defined, dtype, ndim, dims[0..6], aux, channels-last
+constexpr int64_t kHeaderSize = 14;
 constexpr int64_t kMaxDims = 7;
 
 std::string describe(int rank) {
@@ -286,8 +287,12 @@ void ProcessGroup::send_tensor(const torch::Tensor& tensor, int dst, int tag, in
     h[4] = tensor.dim();
     for (int64_t d = 0; d < tensor.dim(); ++d) h[5 + d] = tensor.size(d);
   }
+  // A channels-last tensor goes as its NHWC view, which is contiguous: no copy on either side.
+  const bool nhwc = payload && tensor.dim() == 4 && !tensor.is_contiguous() &&
+                    tensor.is_contiguous(torch::MemoryFormat::ChannelsLast);
+  h[13] = nhwc ? 1 : 0;
   send(header, dst, tag);
-  if (payload) send(tensor, dst, tag + 1);
+  if (payload) send(nhwc ? tensor.permute({0, 2, 3, 1}) : tensor, dst, tag + 1);
 }
 
 ProcessGroup::Received ProcessGroup::recv_tensor(int src, int tag) {
@@ -301,8 +306,11 @@ ProcessGroup::Received ProcessGroup::recv_tensor(int src, int tag) {
   if (h[2] != 0) {
     std::vector<int64_t> shape(h[4]);
     for (int64_t d = 0; d < h[4]; ++d) shape[d] = h[5 + d];
-    r.tensor = torch::empty(shape, torch::TensorOptions().dtype(static_cast<c10::ScalarType>(h[3])));
-    recv(r.tensor, src, tag + 1);
+    const bool nhwc = h[13] != 0 && shape.size() == 4;
+    if (nhwc) shape = {shape[0], shape[2], shape[3], shape[1]};
+    torch::Tensor buffer = torch::empty(shape, torch::TensorOptions().dtype(static_cast<c10::ScalarType>(h[3])));
+    recv(buffer, src, tag + 1);
+    r.tensor = nhwc ? buffer.permute({0, 3, 1, 2}) : buffer;  // NCHW sizes, channels-last strides
   }
   return r;
 }

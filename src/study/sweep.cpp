@@ -91,7 +91,12 @@ RunState run_state(const PlannedRun& run) {
   const fs::path config = fs::path(out) / "config.json";
   if (fs::exists(config)) {
     const auto trained = options_from_json(read_json_file(config.string()), config.string());
-    SP_CHECK_ARG(config_hash(trained) == config_hash(run.options), out,
+    Options planned = run.options;
+    // A balanced run records the cut it chose; the experiment file gives only K.
+    if (planned.pipeline().ppv().empty() && planned.pipeline().partitions() > 1) {
+      planned.pipeline().ppv(trained.pipeline().ppv());
+    }
+    SP_CHECK_ARG(config_hash(trained) == config_hash(planned), out,
                  " holds a run with other settings than the experiment file now gives for ",
                  run.name, " seed ", run.seed, "; move that folder away (or restore the file)");
   }

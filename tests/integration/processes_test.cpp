@@ -21,6 +21,7 @@
 
 #include "stalepipe/exec/checkpoint.h"
 #include "stalepipe/exec/pipeline.h"
+#include "stalepipe/exec/processes.h"
 #include "stalepipe/models/zoo.h"
 #include "stalepipe/partition/plan.h"
 #include "support/ranks.h"
@@ -60,6 +61,64 @@ INSTANTIATE_TEST_SUITE_P(Ranks, ProcessesEqualEmulated,
                          ::testing::Values(std::make_pair(std::string("2"), 2),
                                            std::make_pair(std::string("1,3"), 3)),
                          [](const auto& info) { return "K" + std::to_string(info.param.second); });
+
+// A channels-last tensor crosses ranks as its NHWC view: it arrives channels-last with the
+// same values; a plain tensor arrives plain. Two ranks of one group, on two threads.
+TEST(Processes, ChannelsLastTensorsArriveChannelsLast) {
+  const int port = free_port();
+  auto options = [port](int rank) {
+    return exec::ProcessGroupOptions().world_size(2).rank(rank).master_addr("127.0.0.1").master_port(port)
+        .timeout_seconds(30);
+  };
+  torch::manual_seed(1);
+  const torch::Tensor cl = torch::randn({2, 3, 4, 5}).contiguous(torch::MemoryFormat::ChannelsLast);
+  const torch::Tensor plain = torch::randn({2, 3, 4, 5});
+  exec::ProcessGroup::Received got_cl, got_plain;
+  std::string errors[2];
+  auto rank = [&](int r) {
+    try {
+      exec::ProcessGroup group(options(r), "same");
+      if (r == 0) {
+        group.send_tensor(cl, 1, 10, 0);
+        group.send_tensor(plain, 1, 20, 1);
+        group.flush();
+      } else {
+        got_cl = group.recv_tensor(0, 10);
+        got_plain = group.recv_tensor(0, 20);
+      }
+      group.barrier();  // neither group goes before the other is done
+    } catch (const std::exception& e) {
+      errors[r] = e.what();
+    }
+  };
+  std::thread one(rank, 1);
+  rank(0);
+  one.join();
+  ASSERT_EQ(errors[0] + errors[1], "");
+  ASSERT_TRUE(got_cl.tensor.defined() && got_plain.tensor.defined());
+  EXPECT_EQ(got_cl.tensor.sizes(), cl.sizes());
+  EXPECT_EQ(got_cl.tensor.strides(), cl.strides());
+  EXPECT_TRUE(torch::equal(got_cl.tensor, cl));
+  EXPECT_EQ(got_plain.tensor.strides(), plain.strides());
+  EXPECT_TRUE(torch::equal(got_plain.tensor, plain));
+  EXPECT_EQ(got_plain.step, 1);
+}
+
+// Activations and gradients cross the ranks channels-last (as NHWC views) and the weights
+// still equal the emulated executor's.
+TEST(Processes, AChannelsLastResNetEqualsEmulated) {
+  TempDir dir;
+  auto args = [](const std::string& out, const std::string& executor) {
+    auto a = train_args("3", 2, out, executor, 1);
+    a[2] = "resnet8";  // --model
+    a.insert(a.end(), {"--layout", "channels-last"});
+    return a;
+  };
+  const std::string ref = dir.file("emulated"), run = dir.file("processes");
+  ASSERT_EQ(wait_for(spawn(args(ref, "emulated"), {}, dir.file("ref.log")), 60), 0) << slurp(dir.file("ref.log"));
+  ASSERT_EQ(run_launch(2, args(run, "processes"), dir.file("run.log"), 60), 0) << slurp(dir.file("run.log"));
+  expect_same_results(ref, run);
+}
 
 TEST(Processes, TorchScriptModelFileEqualsEmulated) {
   // Every rank loads the file; each trains its partition of the scripted module's tensors.

@@ -126,6 +126,21 @@ TEST(Sweep, AStopCheckpointsTheRunInProgressAndStartsNoOther) {
   for (const auto& run : ex.runs) EXPECT_EQ(run_state(run), RunState::kFinished);
 }
 
+// The file gives K; the run's config.json records the cut chosen. Neither an interrupted nor
+// a finished balanced run is taken for one of other settings.
+TEST(Sweep, ABalancedRunResumesAndCountsAsFinished) {
+  test::TempDir dir;
+  const auto ex = load_experiment(
+      write_experiment(dir, nlohmann::json::array({{{"name", "k2"}, {"partitions", 2}, {"balance", "params"}}})));
+  std::atomic<bool> stop{true};
+  SweepOptions stopping;
+  stopping.stop = &stop;
+  EXPECT_EQ(run_sweep(ex, stopping), 1);
+  EXPECT_EQ(run_state(ex.runs[0]), RunState::kInterrupted);
+  EXPECT_EQ(run_sweep(ex, {}), 2);
+  for (const auto& run : ex.runs) EXPECT_EQ(run_state(run), RunState::kFinished);
+}
+
 TEST(Sweep, ResumesAnInterruptedRunToTheSameResult) {
   test::TempDir dir;
   const auto ex = load_experiment(write_experiment(dir, nlohmann::json::array({{{"name", "ppv2"}, {"pipeline", "2"}}})));
