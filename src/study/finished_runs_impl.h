@@ -44,6 +44,7 @@ struct ByName {
   std::vector<std::string> order;
   std::map<std::string, std::vector<const Finished*>> runs;
   std::string baseline;  // the run marked baseline, if any
+  std::vector<std::string> time_references;  // the baseline, then the runs marked time_reference
 
   explicit ByName(const std::vector<Finished>& done) {
     for (const auto& f : done) {
@@ -52,6 +53,10 @@ struct ByName {
     }
     for (const auto& name : order) {
       if (runs[name].front()->run->baseline) baseline = name;
+    }
+    if (!baseline.empty()) time_references.push_back(baseline);
+    for (const auto& name : order) {
+      if (runs[name].front()->run->time_reference && name != baseline) time_references.push_back(name);
     }
   }
   // Test accuracies (%) of the seeds that did not diverge.

@@ -19,7 +19,7 @@ namespace fs = std::filesystem;
 namespace {
 
 // Keys of the file's runs that are not train options.
-const std::set<std::string> kRunKeys = {"name", "baseline"};
+const std::set<std::string> kRunKeys = {"name", "baseline", "time_reference"};
 
 void merge_options(nlohmann::json& into, const nlohmann::json& from, const std::string& where,
                    const nlohmann::json& known) {
@@ -72,6 +72,7 @@ Experiment load_experiment(const std::string& path, const ExperimentOverrides& o
         planned.name = name;
         planned.seed = seed;
         planned.baseline = run.value("baseline", false);
+        planned.time_reference = run.value("time_reference", false);
         options["seed"] = seed;
         options["out"] = (fs::path(ex.out) / (name + "-s" + std::to_string(seed))).string();
         planned.options = options_from_json(options, path + ": run " + name);

@@ -52,9 +52,27 @@ std::string cell(ByName& g, const std::string& name, double target) {
   if (times.empty()) return "not reached";
   std::string text = seconds_text(spread(times).mean);
   if (times.size() < seeds) return text + " (" + std::to_string(times.size()) + " of " + std::to_string(seeds) + " seeds)";
-  const auto base = g.baseline.empty() ? std::nullopt : mean_time(g, g.baseline, target);
-  if (base && name != g.baseline) text += " (" + fixed(*base / spread(times).mean, 2) + "x)";
-  return text;
+  // One speed-up per reference, in order, so that the columns of ratios line up.
+  std::vector<std::string> ratios;
+  bool any = false;
+  for (const auto& reference : g.time_references) {
+    const auto base = mean_time(g, reference, target);
+    ratios.push_back(base ? fixed(*base / spread(times).mean, 2) + "x" : "-");
+    any = any || base;
+  }
+  if (!any) return text;
+  text += " (";
+  for (size_t i = 0; i < ratios.size(); ++i) text += (i ? " / " : "") + ratios[i];
+  return text + ")";
+}
+
+// What the parenthesised ratios of the cells are.
+std::string ratio_legend(const ByName& g) {
+  if (g.time_references.empty()) return "no baseline run, so no speed-ups.";
+  std::string times;
+  for (size_t i = 0; i < g.time_references.size(); ++i) times += (i ? " / " : "") + g.time_references[i];
+  return "(Nx): the time of " + times +
+         ", each divided by the run's, where every seed of both reached the target (-: that run did not).";
 }
 
 }  // namespace
@@ -74,8 +92,8 @@ std::string time_to_target_markdown(ByName& g) {
     md << "\n";
   }
   md << "\nTraining seconds (evaluation excluded) until the test accuracy first reached the target, mean over "
-        "the seeds; (Nx): the baseline ("
-     << (g.baseline.empty() ? "none" : g.baseline) << ") time divided by the run's, where every seed of both reached it.\n";
+        "the seeds; "
+     << ratio_legend(g) << "\n";
   return md.str();
 }
 

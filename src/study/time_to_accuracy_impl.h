@@ -11,7 +11,8 @@
 namespace stalepipe::study::detail {
 
 // A results.md section: per run, the mean training time to each target over the seeds and the
-// speed-up against the baseline run; "" when no run has targets.
+// speed-ups against the baseline run and the runs marked time_reference; "" when no run has
+// targets.
 std::string time_to_target_markdown(ByName& runs);
 
 // Test accuracy (%) against training seconds, one line per run: the mean over seeds of each

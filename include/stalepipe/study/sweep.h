@@ -8,6 +8,7 @@
 //     "defaults": {"model": "lenet5", "epochs": 15, ...},   // any train option (config.json names)
 //     "runs": [
 //       {"name": "baseline", "pipeline": "none", "baseline": true},
+//       {"name": "one-thread", "pipeline": "none", "threads": 1, "time_reference": true},
 //       {"name": "ppv2", "pipeline": "2"},
 //       {"name": "ppv2-hybrid", "pipeline": "2", "schedule": "hybrid", "hybrid_switch": "10"}
 //     ]
@@ -17,7 +18,7 @@
 // exists: resumed), or missing (trained). Then every summary is collected into
 // <out>/results.csv and <out>/results.md (per run and seed, and per run over seeds with the
 // accuracy drop against the baseline run, and the training time to each of the runs'
-// RunOptions::targets), and the plots <out>/accuracy.svg (test accuracy per epoch, one line
+// RunOptions::targets with its speed-up against the baseline and each time_reference run), and the plots <out>/accuracy.svg (test accuracy per epoch, one line
 // per run, seed-averaged), <out>/accuracy_vs_time.svg (test accuracy against training
 // seconds at every evaluation, seeds as a band) and <out>/drop_vs_stale.svg.
 #pragma once
@@ -34,6 +35,7 @@ struct PlannedRun {
   std::string name;      // run name from the file
   uint64_t seed = 0;
   bool baseline = false;
+  bool time_reference = false;  // times to accuracy are also compared with this run's
   Options options;  // run().out() is the run folder
 };
 

@@ -82,6 +82,34 @@ TEST(Sweep, TabulatesTheTimeToEachTargetAndPlotsAccuracyAgainstTime) {
   EXPECT_NE(svg.str().find("ppv2"), std::string::npos);
 }
 
+TEST(Sweep, TimesToAccuracyAreComparedWithTheBaselineAndEachTimeReference) {
+  test::TempDir dir;
+  nlohmann::json runs = kRuns;
+  runs.push_back({{"name", "reference"}, {"batch_size", 16}, {"time_reference", true}});
+  for (auto& run : runs) {
+    run["eval_every"] = 2;
+    run["targets"] = {1};
+  }
+  auto ex = load_experiment(write_experiment(dir, runs));
+  ASSERT_EQ(ex.runs.size(), 6u);
+  EXPECT_TRUE(ex.runs[4].time_reference);
+  EXPECT_FALSE(ex.runs[4].baseline);
+  run_sweep(ex, {});
+  std::stringstream md;
+  md << std::ifstream(ex.out + "/results.md").rdbuf();
+  const std::string table = md.str().substr(md.str().find("### Time to accuracy"));
+  // Two speed-ups in every reached cell, the references' own rows included (1.00x).
+  for (const char* row : {"| baseline | 2 | ", "| ppv2 | 2 | ", "| reference | 2 | "}) {
+    const size_t at = table.find(row);
+    ASSERT_NE(at, std::string::npos) << row << "\n" << table;
+    const std::string line = table.substr(at, table.find('\n', at) - at);
+    EXPECT_NE(line.find("x / "), std::string::npos) << line;
+  }
+  EXPECT_NE(table.find("(1.00x / "), std::string::npos) << table;
+  EXPECT_NE(table.find(" / 1.00x)"), std::string::npos) << table;
+  EXPECT_NE(table.find("the time of baseline / reference"), std::string::npos) << table;
+}
+
 TEST(Sweep, OneSweepPerSeedTrainsOnlyThatSeed) {
   test::TempDir dir;
   const auto ex = load_experiment(write_experiment(dir, kRuns));
