@@ -8,13 +8,14 @@
 #     <model>-paper.json/.txt   stalepipe bench, the paper's placement (LeNet-5: 2; ResNet: 2n+1)
 #     peers-<model>-{k2,paper}.json/.txt   bench/peers.py (PyTorch plain and Pipe, same partitions)
 #     memory-<model>.json/.txt  stalepipe memory (Table 9: LeNet-5 2, AlexNet 3, VGG-16 2, ResNet-20 7)
+#     memory-<model>-k2.json/.txt   stalepipe memory of the balanced K=2 cut (MEMK2, default resnet56)
 #     bench_channel.json, bench_executors.json   the Google Benchmark micro-benchmarks
 #     table.md                  the side-by-side tables for docs/performance.md
 #     machine.txt               CPU, load before and after, versions
 # ResNet-110 dominates the time (each configuration trains 3 + 20 mini-batches of 128).
 # Environment: OUT (folder), STEPS (measured steps, default 20), WARMUP (default 3), BATCH
 # (default 128), ROUNDS (alternated rounds of every configuration, bench and peers, medians
-# reported; default 1), SPECS (model:paper-PPV list), MEMSPECS (model:PPV:channels list; empty: none),
+# reported; default 1), SPECS (model:paper-PPV list), MEMK2 (models list; empty: none), MEMSPECS (model:PPV:channels list; empty: none),
 # PLACEMENTS (default "k2 paper"; "k2" alone where the balanced cut is the paper's),
 # SKIP_PEERS=1 (no PyTorch), SKIP_PROCESSES=1 (no processes executor), SKIP_MICRO=1.
 # A smoke test of the script itself (a minute; numbers meaningless):
@@ -27,7 +28,8 @@ STEPS=${STEPS:-20}
 WARMUP=${WARMUP:-3}
 BATCH=${BATCH:-128}
 ROUNDS=${ROUNDS:-1}
-SPECS=${SPECS-"lenet5:2 resnet56:19 resnet110:37"}  # set but empty: none
+SPECS=${SPECS-"lenet5:2 resnet20:7 resnet56:19 resnet110:37"}  # set but empty: none
+MEMK2=${MEMK2-"resnet56"}  # models whose balanced K=2 cut also gets `stalepipe memory` (issue 19)
 MEMSPECS=${MEMSPECS-"lenet5:2:1 alexnet:3:3 vgg16:2:3 resnet20:7:3"}
 PLACEMENTS=${PLACEMENTS:-"k2 paper"}
 for placement in $PLACEMENTS; do
@@ -62,6 +64,12 @@ for spec in $SPECS; do
     echo "== $model: 2 partitions balanced by time" >&2
     $SP bench --model "$model" --partitions 2 --balance time --batch-size "$BATCH" --warmup-steps "$WARMUP" --steps "$STEPS" \
       --rounds "$ROUNDS" "${processes[@]}" --json "$OUT/$model-k2.json" | tee "$OUT/$model-k2.txt"
+    if [[ " $MEMK2 " == *" $model "* ]]; then
+      cut=$(/usr/bin/python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["ppv"])' "$OUT/$model-k2.json")
+      echo "== memory: $model, the balanced cut --pipeline $cut" >&2
+      $SP memory --model "$model" --pipeline "$cut" --batch-size "$BATCH" \
+        --json "$OUT/memory-$model-k2.json" | tee "$OUT/memory-$model-k2.txt"
+    fi
   fi
   if [[ " $PLACEMENTS " == *" paper "* ]]; then
     echo "== $model: the paper's placement --pipeline $paper" >&2

@@ -3,7 +3,7 @@
 
 Run:    /usr/bin/python3 bench/tables.py results/bench > results/bench/table.md
 Prints: the speed table (images/s of every configuration, stalepipe and PyTorch), the ratios
-with the issue's targets, the ceiling (K independent runs at once) where measured, the memory table (the paper's Table 9 beside ours) and the
+with the issues' targets (issue 19's in a table of their own), the ceiling (K independent runs at once) where measured, the memory table (the paper's Table 9 beside ours) and the
 per-partition memory (predicted vs measured). Missing files leave their rows out.
 Standard library only (no PyTorch needed).
 """
@@ -11,7 +11,7 @@ import json
 import os
 import sys
 
-MODELS = ("lenet5", "resnet56", "resnet110")
+MODELS = ("lenet5", "resnet20", "resnet56", "resnet110")
 PLACEMENTS = (("k2", "balanced (time), K=2"), ("paper", "paper's PPV"))
 # The paper's Table 9 (paper-notes.md): PipeDream (stashing) and this scheme, % over non-pipelined.
 PAPER_T9 = {"lenet5": (2, 109, 97), "alexnet": (3, 214, 37), "vgg16": (2, 124, 75), "resnet20": (7, 61, 60)}
@@ -31,6 +31,33 @@ def f1(x):
 
 def f2(x):
     return f"{x:.2f}" if x else "-"
+
+
+def status(value, ok):
+    return f"{value:.3f} {'pass' if ok else 'MISS'}"
+
+
+def print_issue19(folder, ratio_rows):
+    """Issue 19's targets, each from this run: ours against PyTorch's best layout, the pipeline
+    against the ceiling, and the 2-worker pipeline's memory against non-pipelined training."""
+    print("\n### issue 19: against PyTorch's best single core, the ceiling and memory (pass / MISS)\n")
+    print("PyTorch best: the faster of NCHW and channels_last (bench/peers.py). Ceiling: the K "
+          "workers as independent non-pipelined runs at once. Memory: the partitions' measured "
+          "peaks together over the non-pipelined peak (`stalepipe memory`, the same cut).\n")
+    print("| model (PPV) | layout | ours 1 thr / PyTorch best 1 thr (>= 1.10) | "
+          "pipeline / PyTorch best 1 thr (>= 2.0) | pipeline / ceiling (>= 0.95) | memory (<= 1.3) |")
+    print("|---|---|---|---|---|---|")
+    for model, b, p in ratio_rows:
+        compare = {c["name"]: c for c in (p or {}).get("compare", [])}
+        one = compare.get("stalepipe non-pipelined 1 thread / PyTorch best 1 thread")
+        pipe = compare.get("stalepipe stale pipeline / PyTorch best 1 thread")
+        ceiling = b["ratios"].get("pipeline_vs_side_by_side", 0) if b["rates"].get("side_by_side") else 0
+        m = load(folder, f"memory-{model}-{'k2' if b['partitions'] == 2 and not b['pipeline_given'] else 'paper'}.json")
+        cells = [status(one["value"], one["value"] >= 1.10) if one else "-",
+                 status(pipe["value"], pipe["value"] >= 2.0) if pipe else "-",
+                 status(ceiling, ceiling >= 0.95) if ceiling else "-",
+                 status(m["measured_peak_ratio"], m["measured_peak_ratio"] <= 1.3) if m else "-"]
+        print(f"| {model} ({b['ppv']}) | {b.get('layout', '-')} | " + " | ".join(cells) + " |")
 
 
 def main():
@@ -69,8 +96,8 @@ def main():
 
     print("\n### ratios against the targets (pass / MISS)\n")
     names = [t["name"] for t in ratio_rows[0][1]["targets"]] if ratio_rows else []
-    peer_names = ["ours non-pip. 1 thr / PyTorch 1 thr (>= 1)", "ours non-pip. all thr / PyTorch all thr (>= 1)",
-                  "stale pipeline / PyTorch Pipe best (>= 1.5)"]
+    peer_names = next(([f"{c['name']} (>= {c['low']})" for c in p["compare"]]
+                       for _, _, p in ratio_rows if p and p.get("compare")), [])
     header = [f"{n} ({'>= ' + str(t['low']) if t['high'] is None else str(t['low']) + '..' + str(t['high'])})"
               for n, t in zip(names, ratio_rows[0][1]["targets"])] if ratio_rows else []
     print("| model (PPV) | " + " | ".join(header + peer_names) + " |")
@@ -83,6 +110,8 @@ def main():
             cells.append(f"{c['value']:.2f} {'pass' if c['status'] == 'pass' else 'MISS'}")
         cells += ["-"] * (len(header) + len(peer_names) - len(cells))
         print(f"| {model} ({b['ppv']}) | " + " | ".join(cells) + " |")
+
+    print_issue19(folder, ratio_rows)
 
     ceiling_rows = [(model, b) for model, b, _ in ratio_rows if b["rates"].get("side_by_side")]
     if ceiling_rows:

@@ -6,6 +6,7 @@
 # build-fuzz/artifacts/ and makes the script exit 1. Needs clang-14 and libclang-rt-14-dev
 # (apt-get install -y clang-14 libclang-rt-14-dev); CI does not run it.
 #   scripts/fuzz.sh [SECONDS] [HARNESS...]
+#   FUZZ_JOBS=2 scripts/fuzz.sh 600     # two harnesses at a time (one core each)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds="${1:-30}"
@@ -29,20 +30,33 @@ cmake --build build-fuzz -j2 --target "${harnesses[@]/#/fuzz_}"
 export ASAN_OPTIONS="detect_leaks=0:abort_on_error=1:symbolize=1"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 mkdir -p build-fuzz/artifacts
+# One harness for SECONDS; its exit status goes to build-fuzz/<h>.status.
+fuzz_one() {
+  local h=$1 status=0
+  mkdir -p "build-fuzz/corpus/$h"
+  "build-fuzz/fuzz/fuzz_$h" -max_total_time="$seconds" -print_final_stats=1 -rss_limit_mb=4096 \
+    -artifact_prefix="build-fuzz/artifacts/$h-" "build-fuzz/corpus/$h" "fuzz/corpus/$h" \
+    >"build-fuzz/$h.log" 2>&1 || status=$?
+  echo "$status" >"build-fuzz/$h.status"
+}
+# FUZZ_JOBS harnesses at a time (default 1); each is one process on one core.
+jobs_at_once="${FUZZ_JOBS:-1}"
+[[ $jobs_at_once =~ ^[1-9][0-9]*$ ]] || { echo "fuzz.sh: FUZZ_JOBS=$jobs_at_once: expected a positive integer" >&2; exit 2; }
+for h in "${harnesses[@]}"; do
+  while (($(jobs -rp | wc -l) >= jobs_at_once)); do wait -n || true; done
+  fuzz_one "$h" &
+done
+wait
+
 failed=()
 printf "%-22s %12s %10s %8s\n" harness executions corpus result
 for h in "${harnesses[@]}"; do
-  work="build-fuzz/corpus/$h"
-  mkdir -p "$work"
   log="build-fuzz/$h.log"
-  status=0
-  "build-fuzz/fuzz/fuzz_$h" -max_total_time="$seconds" -print_final_stats=1 -rss_limit_mb=4096 \
-    -artifact_prefix="build-fuzz/artifacts/$h-" "$work" "fuzz/corpus/$h" >"$log" 2>&1 || status=$?
   execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
   # libFuzzer's last status line: "#N DONE cov: C ft: F corp: UNITS/BYTES ..."
   corpus=$(grep -o 'corp: [0-9]*/[0-9a-zA-Z]*' "$log" | tail -1 | cut -d' ' -f2 | cut -d/ -f1)
   result=ok
-  if ((status != 0)); then result="FAILED ($log)"; failed+=("$h"); fi
+  if [[ $(cat "build-fuzz/$h.status") != 0 ]]; then result="FAILED ($log)"; failed+=("$h"); fi
   printf "%-22s %12s %10s %8s\n" "$h" "${execs:-?}" "$corpus" "$result"
 done
 if ((${#failed[@]})); then
