@@ -7,8 +7,10 @@
 #include "commands.h"
 #include "flags.h"
 #include "stalepipe/common/error.h"
+#include "stalepipe/common/malloc_tuning.h"
 
 int main(int argc, char** argv) {
+  stalepipe::keep_freed_memory();  // before any thread: a training step reuses what the last freed
   CLI::App app{"stalepipe: pipelined training of CNNs with stale weights (PPL-SGD)"};
   app.require_subcommand(1);
   // A flag given twice takes its last value, as in most Unix tools (and scripts that append).
