@@ -4,6 +4,7 @@
 #include <functional>
 #include <sstream>
 
+#include "common/json_number_impl.h"
 #include "stalepipe/common/error.h"
 #include "stalepipe/partition/plan.h"
 
@@ -17,7 +18,7 @@ struct Plain {
   template <typename T>
   static json write(const T& v) { return v; }
   template <typename T>
-  static void read(const json& j, T& v, const std::string&) { v = j.get<T>(); }
+  static void read(const json& j, T& v, const std::string&) { v = json_get<T>(j); }
 };
 struct PpvText {
   static json write(const std::vector<int>& v) { return partition::format_ppv(v); }

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "checkpoint_paths_impl.h"
+#include "common/json_number_impl.h"
 #include "stalepipe/common/error.h"
 #include "stalepipe/common/files.h"
 #include "stalepipe/exec/checkpoint.h"
@@ -127,23 +128,23 @@ CheckpointManifest read_checkpoint_manifest(const std::string& path) {
   try {
     CheckpointManifest m;
     m.path = path;
-    m.format = j.value("format", 1);
+    m.format = j.contains("format") ? json_get<int>(j.at("format")) : 1;
     CheckpointInfo& info = m.info;
-    info.step = j.at("step").get<int64_t>();
-    info.epochs_done = j.at("epochs_done").get<int64_t>();
+    info.step = json_get<int64_t>(j.at("step"));
+    info.epochs_done = json_get<int64_t>(j.at("epochs_done"));
     info.ppv = j.at("ppv").get<std::string>();
     info.config_hash = j.at("config_hash").get<std::string>();
     info.wall_seconds = j.at("wall_seconds").get<double>();
     info.epoch_loss_sum = j.at("epoch_loss_sum").get<double>();
-    info.epoch_correct = j.at("epoch_correct").get<int64_t>();
-    info.epoch_samples = j.at("epoch_samples").get<int64_t>();
-    info.epoch_scored = j.value("epoch_scored", info.epoch_samples);
+    info.epoch_correct = json_get<int64_t>(j.at("epoch_correct"));
+    info.epoch_samples = json_get<int64_t>(j.at("epoch_samples"));
+    info.epoch_scored = j.contains("epoch_scored") ? json_get<int64_t>(j.at("epoch_scored")) : info.epoch_samples;
     info.epoch_seconds = j.at("epoch_seconds").get<double>();
     m.shards = j.at("shards").get<std::vector<std::string>>();
     for (const auto& shard : m.shards) check_shard_name(path, shard);
     if (m.format >= 2) {
-      const auto bytes = j.at("shard_bytes").get<std::vector<int64_t>>();
-      const auto crcs = j.at("shard_crc32").get<std::vector<uint32_t>>();
+      const auto bytes = json_get<std::vector<int64_t>>(j.at("shard_bytes"));
+      const auto crcs = json_get<std::vector<uint32_t>>(j.at("shard_crc32"));
       SP_CHECK(bytes.size() == m.shards.size() && crcs.size() == m.shards.size(), path,
                ": corrupt checkpoint manifest: ", m.shards.size(), " shards but ", bytes.size(),
                " sizes and ", crcs.size(), " checksums");

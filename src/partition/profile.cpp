@@ -11,6 +11,7 @@
 #include <torch/autograd.h>
 #include <torch/cuda.h>
 
+#include "common/json_number_impl.h"
 #include "stalepipe/common/error.h"
 #include "stalepipe/common/median.h"
 #include "stalepipe/models/layer_table.h"
@@ -196,20 +197,20 @@ Profile from_json(const std::string& text, const std::string& source) {
   try {
     const auto j = nlohmann::json::parse(text);
     p.model = j.at("model").get<std::string>();
-    p.batch_size = j.at("batch_size").get<int64_t>();
-    p.threads = j.at("threads").get<int>();
+    p.batch_size = json_get<int64_t>(j.at("batch_size"));
+    p.threads = json_get<int>(j.at("threads"));
     p.channels = j.value("channels", int64_t{0});
     p.input_bytes = j.value("input_bytes", int64_t{0});
     for (const auto& u : j.at("units")) {
       UnitProfile row;
-      row.index = u.at("index").get<int>();
+      row.index = json_get<int>(u.at("index"));
       row.name = u.at("name").get<std::string>();
       row.weight_layers = u.at("weight_layers").get<std::vector<int>>();
       row.forward_ms = u.at("forward_ms").get<double>();
       row.backward_ms = u.at("backward_ms").get<double>();
-      row.output_bytes = u.at("output_bytes").get<int64_t>();
-      row.kept_bytes = u.at("kept_bytes").get<int64_t>();
-      row.parameter_bytes = u.at("parameter_bytes").get<int64_t>();
+      row.output_bytes = json_get<int64_t>(u.at("output_bytes"));
+      row.kept_bytes = json_get<int64_t>(u.at("kept_bytes"));
+      row.parameter_bytes = json_get<int64_t>(u.at("parameter_bytes"));
       row.forward_mflops = u.value("forward_mflops", 0.0);
       p.units.push_back(row);
     }

@@ -157,6 +157,23 @@ TEST(Checkpoint, CorruptManifestsAreNamedWithTheirFault) {
   j["shard_bytes"][0] = "many";
   overwrite(path, j.dump());
   EXPECT_NE(read().find("corrupt checkpoint manifest"), std::string::npos) << read();
+  // Numbers their fields cannot hold (the fuzzer's find: a cast of 1.4e106 to a CRC32 was
+  // undefined behaviour) are refused like any other fault.
+  for (const auto& [field, value] : std::vector<std::pair<std::string, nlohmann::json>>{
+           {"shard_crc32", 1.37008e106}, {"shard_crc32", -1}, {"shard_crc32", 4294967296LL},
+           {"shard_bytes", 1e300}, {"shard_bytes", 2.5}}) {
+    j = good;
+    j[field][1] = value;
+    overwrite(path, j.dump());
+    EXPECT_NE(read().find(path + ": corrupt checkpoint manifest: "), std::string::npos) << field << " " << value;
+    EXPECT_NE(read().find("expected an integer from"), std::string::npos) << read();
+  }
+  for (const char* field : {"step", "format", "epoch_correct"}) {
+    j = good;
+    j[field] = 1e30;
+    overwrite(path, j.dump());
+    EXPECT_NE(read().find("expected an integer from"), std::string::npos) << field << ": " << read();
+  }
 }
 
 TEST(Checkpoint, Format1ManifestsWithoutChecksumsStillLoad) {
