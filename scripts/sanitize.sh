@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 flags="-O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined"
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=None \
   -DCMAKE_CXX_FLAGS="$flags" -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" \
-  -DSTALEPIPE_BUILD_BENCH=OFF -DSTALEPIPE_BUILD_EXAMPLES=OFF >/dev/null
+  -DSTALEPIPE_BUILD_BENCH=OFF -DSTALEPIPE_BUILD_EXAMPLES=OFF -DSTALEPIPE_TEST_TIMEOUT=1200 >/dev/null
 cmake --build build-asan -j2
 # LibTorch is not instrumented and keeps global state to the end: no leak checking.
 export ASAN_OPTIONS="detect_leaks=0:abort_on_error=1"
