@@ -18,9 +18,10 @@
 // exists: resumed), or missing (trained). Then every summary is collected into
 // <out>/results.csv and <out>/results.md (per run and seed, and per run over seeds with the
 // accuracy drop against the baseline run, and the training time to each of the runs'
-// RunOptions::targets with its speed-up against the baseline and each time_reference run), and the plots <out>/accuracy.svg (test accuracy per epoch, one line
-// per run, seed-averaged), <out>/accuracy_vs_time.svg (test accuracy against training
-// seconds at every evaluation, seeds as a band) and <out>/drop_vs_stale.svg.
+// RunOptions::targets with its speed-up against the baseline and each time_reference run),
+// and the plots <out>/accuracy.svg (test accuracy per epoch, one line per run,
+// seed-averaged), <out>/accuracy_vs_time.svg (test accuracy against training seconds at
+// every evaluation, seeds as a band) and <out>/drop_vs_stale.svg.
 #pragma once
 
 #include <atomic>
