@@ -144,6 +144,7 @@ Command add_bench(CLI::App& app) {
   app.add_option("--rounds", o.rounds(), "alternated runs of every configuration; medians are reported")->capture_default_str();
   app.add_option("--seed", o.seed(), "model and data seed")->capture_default_str();
   app.add_option("--layout", a->layout, "every configuration in nchw | channels-last | auto (the model's default)")->capture_default_str();
+  app.add_option("--recompute", o.recompute(), "pipelined configurations recompute activations through weight layer L (0: none)")->capture_default_str();
   app.add_option("--json", a->json, "also write the report as JSON to this file");
   app.add_flag("--processes", a->processes,
                "also time train --executor processes on K ranks against --executor threads (slower)");
@@ -182,6 +183,7 @@ Command add_memory(CLI::App& app) {
   app.add_option("--channels", o->channels, "input channels (1: MNIST-like, 3: CIFAR-10)")->capture_default_str();
   app.add_option("--seed", o->seed, "model seed")->capture_default_str();
   app.add_option("--layout", *layout, "nchw | channels-last | auto (the model's default)")->capture_default_str();
+  app.add_option("--recompute", o->recompute, "the partitions recompute activations through weight layer L (0: none); the non-pipelined peak does not")->capture_default_str();
   app.add_option("--json", *json, "also write the report as JSON to this file");
   return [o, json, ppv, layout]() {
     o->ppv = partition::parse_ppv(*ppv);

@@ -55,6 +55,7 @@ const std::pair<const char*, const char*> kFlags[] = {
     {"RunOptions::checkpoint_every", "--checkpoint-every"},
     {"RunOptions::eval_every", "--eval-every"},
     {"PipelineOptions::layout", "--layout"},
+    {"PipelineOptions::recompute", "--recompute"},
     {"RunOptions::targets", "--targets"},
     {"RunOptions::progress", "--progress"},
     {"RunOptions::trace", "--trace"},
@@ -71,6 +72,8 @@ const std::pair<const char*, const char*> kFlags[] = {
     {"BenchOptions::steps", "--steps"},
     {"BenchOptions::threads", "--threads"},
     {"BenchOptions::rounds", "--rounds"},
+    {"BenchOptions::recompute", "--recompute"},
+    {"MemoryOptions::recompute", "--recompute"},
     {"MemoryOptions::ppv", "--pipeline"},
     {"MemoryOptions::batch_size", "--batch-size"},
     {"MemoryOptions::channels", "--channels"},
@@ -149,6 +152,7 @@ void add_option_flags(CLI::App& app, Options& o, TrainFlags& text) {
   app.add_option("--devices", text.devices, "one device per partition, e.g. cpu,cpu or cuda:0,cuda:1 (default: cpu)");
   app.add_option("--threads", p.threads(), "intra-op threads in all (0: all cores)")->capture_default_str();
   app.add_option("--layout", text.layout, "weights, activations and registers in nchw | channels-last | auto (the faster for the model, as measured)")->capture_default_str();
+  app.add_option("--recompute", p.recompute(), "recompute activations in backward through weight layer L (a position a register could follow; 0: none): less memory, same weights, one more forward of those layers")->capture_default_str();
   app.add_option("--threads-per-worker", p.threads_per_worker(), "intra-op threads per partition (0: threads / partitions)")->capture_default_str();
   app.add_option("--out", r.out(), "run directory: config.json, metrics.jsonl, summary.json, checkpoint/");
   app.add_option("--checkpoint-every", r.checkpoint_every(), "also checkpoint every N steps (0: at epoch ends only)")->capture_default_str();

@@ -55,16 +55,18 @@ Assembly plan_pipeline(models::Model& model, const Options& options, bool want_p
   const bool balanced = o.ppv().empty() && o.partitions() > 1;  // one partition: nothing to cut
   // An impossible K fails before the profile does any work.
   if (balanced) partition::balance(model, std::vector<double>(model.units.size(), 1.0), K);
+  const size_t recomputed = partition::units_through_layer(model, o.recompute());
   if (given) {
     a.profile = *given;
   } else if (want_profile || (balanced && o.balance() == Balance::kTime)) {
     a.profile = profile_preserving_state(model, options, K);
   }
   if (balanced) {
-    const auto costs = partition::unit_costs(model, o.balance(), a.profile ? &*a.profile : nullptr);
+    const auto costs =
+        partition::unit_costs(model, o.balance(), a.profile ? &*a.profile : nullptr, recomputed);
     ppv = partition::balance(model, costs, K);
   }
-  a.plan = partition::make_plan(model, ppv);
+  a.plan = partition::make_plan(model, ppv, o.recompute());
   const int partitions = a.plan.num_partitions();
   a.devices = o.devices();
   if (a.devices.empty()) a.devices.assign(partitions, torch::kCPU);

@@ -93,6 +93,8 @@ void check_pipeline(const PipelineOptions& o, int64_t batch_size) {
   SP_CHECK_ARG(o.threads() >= 0, "PipelineOptions::threads must be >= 0, got ", o.threads());
   SP_CHECK_ARG(o.threads_per_worker() >= 0, "PipelineOptions::threads_per_worker must be >= 0, got ",
                o.threads_per_worker());
+  SP_CHECK_ARG(o.recompute() >= 0, "PipelineOptions::recompute must be a weight layer (>= 0; 0: none), got ",
+               o.recompute());
   SP_CHECK_ARG(o.segment_steps() >= 1, "PipelineOptions::segment_steps must be >= 1, got ", o.segment_steps());
   for (const auto& d : o.devices()) check_device(d);
 }

@@ -91,11 +91,11 @@ struct Name {
   X(pipeline, segment_steps, "segment_steps", Plain) X(run, dropout, "dropout", Plain)         \
   X(optimizer, loss, "loss", LossName) X(run, model_file, "model_file", Plain)                  \
   X(run, eval_every, "eval_every", Plain) X(run, targets, "targets", Plain)                      \
-  X(pipeline, layout, "layout", Name)
+  X(pipeline, layout, "layout", Name) X(pipeline, recompute, "recompute", Plain)
 
 // What does not change the trained weights.
 const char* const kNotHashed[] = {"out", "progress", "executor", "threads", "devices", "trace",
-                                  "stop_at_step", "profile_batch", "targets"};
+                                  "stop_at_step", "profile_batch", "targets", "recompute"};
 // Fields added after 0.1: left out of the hash while at their default, so that older runs
 // keep their hash.
 const char* const kHashedWhenSet[] = {"micro_batches", "delay_aware_lr", "delay_lr_anneal_epochs",

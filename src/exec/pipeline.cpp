@@ -14,7 +14,8 @@ Pipeline::Pipeline(const models::Model& model, const partition::Plan& plan,
     torch::nn::Sequential seq;
     const auto [begin, end] = plan.unit_ranges[k];
     for (size_t u = begin; u < end; ++u) seq->push_back(model.units[u].name, model.units[u].module);
-    stages_.push_back(std::make_unique<Stage>(k, K, seq, devices[k], sgd, objective, seed, memory_format));
+    stages_.push_back(std::make_unique<Stage>(k, K, seq, devices[k], sgd, objective, seed, memory_format,
+                                              plan.recomputed_units(k)));
     stage_ptrs_.push_back(stages_.back().get());
   }
 }

@@ -12,14 +12,23 @@
 namespace stalepipe::exec {
 
 Stage::Stage(int index, int num_stages, torch::nn::Sequential module, torch::Device device,
-             optim::SgdOptions sgd, Objective objective, uint64_t seed, torch::MemoryFormat memory_format)
+             optim::SgdOptions sgd, Objective objective, uint64_t seed, torch::MemoryFormat memory_format,
+             size_t recompute_units)
     : index_(index), num_stages_(num_stages), module_(std::move(module)), device_(device),
-      objective_(std::move(objective)), seed_(seed), memory_format_(memory_format) {
+      objective_(std::move(objective)), seed_(seed), memory_format_(memory_format),
+      recompute_units_(recompute_units) {
+  SP_CHECK_ARG(recompute_units_ <= module_->size(), "partition ", index_ + 1, " has ", module_->size(),
+               " units; cannot recompute ", recompute_units_);
   module_->to(device_);
   models::to_memory_format(*module_, memory_format_);  // before the optimizer keeps any state
   module_->train();
   optimizer_ = std::make_unique<optim::Sgd>(module_->parameters(), sgd,
                                             models::scale_invariant_weights(*module_));
+  for (size_t u = 0; u < recompute_units_; ++u) {
+    const auto& unit = *module_->ptr(u);
+    for (const auto& t : unit.parameters()) recompute_params_.push_back(t);
+    for (const auto& t : unit.buffers()) recompute_buffers_.push_back(t);
+  }
 }
 
 torch::Tensor Stage::prepare_input(const torch::Tensor& input) const {
@@ -78,6 +87,21 @@ class RestoreWeights {
   std::vector<torch::Tensor> saved_;
 };
 
+// Puts buffers (batch-norm running statistics) back as they were when a forward that must
+// not count as one more (a recomputation) ends.
+class RestoreBuffers {
+ public:
+  explicit RestoreBuffers(const std::vector<torch::Tensor>& buffers)
+      : buffers_(buffers), saved_(copy_weights(buffers)) {}
+  ~RestoreBuffers() { write_weights(buffers_, saved_); }
+  RestoreBuffers(const RestoreBuffers&) = delete;
+  RestoreBuffers& operator=(const RestoreBuffers&) = delete;
+
+ private:
+  const std::vector<torch::Tensor>& buffers_;
+  std::vector<torch::Tensor> saved_;
+};
+
 }  // namespace
 
 void Stage::begin_segment(const schedule::Schedule& schedule, std::function<double(int64_t)> lr) {
@@ -92,8 +116,14 @@ void Stage::clear_in_flight() {
   delay_.clear();
 }
 
-torch::Tensor Stage::forward_with_weights(int64_t step, int micro, Pending& p,
-                                          const std::function<torch::Tensor()>& forward) {
+torch::Tensor Stage::run_units(size_t first, size_t last, torch::Tensor x) {
+  for (auto unit = module_->begin() + first; unit != module_->begin() + last; ++unit) {
+    x = unit->forward(x);
+  }
+  return x;
+}
+
+torch::Tensor Stage::forward_with_weights(int64_t step, int micro, Pending& p) {
   SP_CHECK(!in_flight_.count({step, micro}), "partition ", index_ + 1, ", mini-batch ", step,
            ": forward twice without backward");
   const int delay = static_cast<int>(step - 1 - last_update_step_);
@@ -109,15 +139,24 @@ torch::Tensor Stage::forward_with_weights(int64_t step, int micro, Pending& p,
   if (stash_weights_ && restore) {
     p.weights = shared_copy(params);
   }
+  // Recomputation needs them too, where stashing does not keep them already.
+  if (recompute_units_ > 0 && !stash_weights_ && restore) p.head_weights = shared_copy(recompute_params_);
   models::RandomScope random(forward_seed(seed_, index_, step, micro));
-  return forward();
+  if (recompute_units_ == 0) return module_->forward(p.input);
+  torch::Tensor head;
+  {
+    torch::NoGradGuard no_grad;  // nothing of these units is kept but their output
+    head = run_units(0, recompute_units_, p.input);
+  }
+  p.head_output = head.detach().requires_grad_(true);
+  return run_units(recompute_units_, module_->size(), p.head_output);
 }
 
 torch::Tensor Stage::forward(int64_t step, const torch::Tensor& input, int micro) {
   SP_CHECK(!is_last(), "partition ", index_ + 1, ": forward() called on the last partition");
   Pending p;
   p.input = prepare_input(input);
-  p.output = forward_with_weights(step, micro, p, [&] { return module_->forward(p.input); });
+  p.output = forward_with_weights(step, micro, p);
   torch::Tensor register_value = p.output.detach();
   in_flight_.emplace(Key{step, micro}, std::move(p));
   return register_value;
@@ -128,8 +167,7 @@ StepLoss Stage::forward_loss(int64_t step, const torch::Tensor& input,
   SP_CHECK(is_last(), "partition ", index_ + 1, ": forward_loss() on a non-last partition");
   Pending p;
   p.input = prepare_input(input);
-  const torch::Tensor output =
-      forward_with_weights(step, micro, p, [&] { return module_->forward(p.input); });
+  const torch::Tensor output = forward_with_weights(step, micro, p);
   const torch::Tensor y = target.to(device_);
   const torch::Tensor loss = objective_.loss(output, y);
   SP_CHECK(loss.numel() == 1, "the loss (", objective_.loss.name(), ") gave ", loss.sizes(),
@@ -162,27 +200,58 @@ torch::Tensor Stage::backward(int64_t step, const torch::Tensor& grad_output, in
     restore.emplace(optimizer_->params());
     write_weights(optimizer_->params(), *p.weights);
   }
+  torch::Tensor grad_head;  // of the recomputed units' output
   if (is_last()) {
     p.output.backward();
   } else {
     SP_CHECK(grad_output.defined(), "partition ", index_ + 1, ", mini-batch ", step,
              ": backward needs the gradient of the partition's output");
-    p.output.backward(grad_output.to(device_));
+    // Where every unit is recomputed, the output is their output: nothing runs before them.
+    const bool all_recomputed = p.head_output.defined() && p.output.is_same(p.head_output);
+    if (all_recomputed) {
+      grad_head = grad_output.to(device_);
+    } else {
+      p.output.backward(grad_output.to(device_));
+    }
   }
+  if (p.head_output.defined()) recompute_backward(step, micro, p, grad_head);
   torch::Tensor grad_input = is_first() ? torch::Tensor() : p.input.grad();
   in_flight_.erase({step, micro});
   return grad_input;
 }
 
+void Stage::recompute_backward(int64_t step, int micro, Pending& p, torch::Tensor grad) {
+  if (!grad.defined()) grad = p.head_output.grad();
+  // The forward's copy of their output goes before the recomputation makes its own.
+  p.output.reset();
+  p.head_output.reset();
+  if (!grad.defined()) return;  // the rest of the stage did not use their output
+  torch::Tensor head;
+  {
+    std::optional<RestoreWeights> restore;
+    if (p.head_weights) {
+      restore.emplace(recompute_params_);
+      write_weights(recompute_params_, *p.head_weights);
+    }
+    RestoreBuffers keep_statistics(recompute_buffers_);
+    models::RandomScope random(forward_seed(seed_, index_, step, micro));
+    head = run_units(0, recompute_units_, p.input);
+  }
+  // With the current weights back, as the backward without recomputation would see them.
+  head.backward(grad);
+}
+
 void Stage::update(int64_t step, double lr) {
-  if (stash_weights_) {
-    // Copy on write: forwards in flight that ran with the current weights keep one shared copy.
+  // Copy on write: forwards in flight that ran with the current weights keep one shared copy
+  // (of all weights for stashing, of the recomputed units' for recomputation).
+  if (stash_weights_ || recompute_units_ > 0) {
+    const auto& params = stash_weights_ ? optimizer_->params() : recompute_params_;
     Weights current;
-    for (auto& entry : in_flight_) {
-      Pending& p = entry.second;
-      if (p.weights) continue;
-      if (!current) current = shared_copy(optimizer_->params());
-      p.weights = current;
+    for (auto& [key, p] : in_flight_) {
+      Weights& kept = stash_weights_ ? p.weights : p.head_weights;
+      if (kept || (!stash_weights_ && !p.head_output.defined())) continue;
+      if (!current) current = shared_copy(params);
+      kept = current;
     }
   }
   int delay = 0;

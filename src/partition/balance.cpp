@@ -98,14 +98,18 @@ Balance balance_from_name(const std::string& name, const std::string& field) {
 
 std::string to_string(Balance criterion) { return name_of(kBalanceNames, criterion); }
 
-std::vector<double> unit_costs(models::Model& model, Balance criterion, const Profile* profile) {
+std::vector<double> unit_costs(models::Model& model, Balance criterion, const Profile* profile,
+                               size_t recompute_units) {
   std::vector<double> costs;
   if (criterion == Balance::kTime) {
     SP_CHECK_ARG(profile != nullptr, "balance time needs a profile");
     SP_CHECK_ARG(profile->units.size() == model.units.size(), "balance time: the profile of ",
                  profile->model, " has ", profile->units.size(), " units but model ", model.name,
                  " has ", model.units.size());
-    for (const auto& u : profile->units) costs.push_back(u.forward_ms + u.backward_ms);
+    for (const auto& u : profile->units) {
+      const double recomputed = static_cast<size_t>(u.index) < recompute_units ? u.forward_ms : 0.0;
+      costs.push_back(u.forward_ms + u.backward_ms + recomputed);
+    }
   } else if (criterion == Balance::kParams) {
     for (const auto& unit : model.units) {
       int64_t count = 0;
@@ -115,7 +119,11 @@ std::vector<double> unit_costs(models::Model& model, Balance criterion, const Pr
       costs.push_back(static_cast<double>(count));
     }
   } else {
-    for (const auto& row : models::describe_units(model)) costs.push_back(row.forward_mflops);
+    // Backward is about twice the forward, so a recomputed unit costs 4 forwards, not 3.
+    const auto rows = models::describe_units(model);
+    for (size_t u = 0; u < rows.size(); ++u) {
+      costs.push_back(rows[u].forward_mflops * (u < recompute_units ? 4.0 / 3.0 : 1.0));
+    }
   }
   return costs;
 }

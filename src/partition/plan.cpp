@@ -1,5 +1,6 @@
 #include "stalepipe/partition/plan.h"
 
+#include <algorithm>
 #include <sstream>
 
 #include "stalepipe/common/error.h"
@@ -57,11 +58,29 @@ std::string unit_holding(const models::Model& model, int layer) {
 
 }  // namespace
 
-Plan make_plan(const models::Model& model, const std::vector<int>& ppv) {
+size_t units_through_layer(const models::Model& model, int layer) {
+  if (layer == 0) return 0;
+  const int layers = model.num_weight_layers();
+  const std::string where = c10::str("PipelineOptions::recompute ", layer, ": model ", model.name);
+  SP_CHECK_ARG(layer >= 1 && layer <= layers, where, " has ", layers,
+               " weight layers; recomputation may end after layer ", format_cut_layers(model));
+  const int unit = model.unit_ending_at_layer(layer);
+  SP_CHECK_ARG(unit >= 0, where, ": recomputation cannot end after layer ", layer, " (",
+               unit_holding(model, layer), "); it may end after layer ", format_cut_layers(model));
+  return static_cast<size_t>(unit) + 1;
+}
+
+size_t Plan::recomputed_units(int k) const {
+  const auto [begin, end] = unit_ranges.at(k);
+  return recompute_units <= begin ? 0 : std::min(recompute_units, end) - begin;
+}
+
+Plan make_plan(const models::Model& model, const std::vector<int>& ppv, int recompute_layer) {
   const std::string where = "PipelineOptions::ppv " + format_ppv(ppv) + ": model " + model.name;
   const int layers = model.num_weight_layers();
   Plan plan;
   plan.ppv = ppv;
+  plan.recompute_units = units_through_layer(model, recompute_layer);
   size_t first = 0;
   for (size_t i = 0; i < ppv.size(); ++i) {
     const int layer = ppv[i];

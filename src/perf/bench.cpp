@@ -46,7 +46,7 @@ Options bench_options(const BenchOptions& o, const std::vector<int>& ppv, int pa
   Options x;
   x.data().batch_size(o.batch_size());
   x.pipeline().ppv(ppv).partitions(ppv.empty() ? partitions : 0).balance(o.balance()).threads(o.threads());
-  x.pipeline().layout(o.layout());
+  x.pipeline().layout(o.layout()).recompute(ppv.empty() && partitions <= 1 ? 0 : o.recompute());
   x.optimizer().lr(kLr).lr_schedule(LrScheduleKind::kConstant);
   x.run().model(o.model()).seed(o.seed());  // the model names the layout kAuto stands for
   return x;

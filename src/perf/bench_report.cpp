@@ -15,6 +15,7 @@ std::string format_bench_report(const BenchReport& r) {
   std::string s = c10::str("bench ", o.model(), ": batch ", o.batch_size(), ", ", o.channels(),
                            " channel(s), ", r.layout, ", PPV ", r.ppv, " (", r.partitions, " partitions",
                            o.ppv().empty() ? c10::str(", balanced by ", partition::to_string(o.balance())) : std::string(),
+                           o.recompute() > 0 ? c10::str(", recomputing through layer ", o.recompute()) : std::string(),
                            "), ", r.threads, " cores, ", o.warmup_steps(), " warm-up + ", o.steps(),
                            " measured steps",
                            o.rounds() > 1 ? c10::str(", medians of ", o.rounds(), " alternated rounds")
@@ -82,6 +83,7 @@ std::string to_json(const BenchReport& r) {
   j["channels"] = o.channels();
   j["ppv"] = r.ppv;
   j["layout"] = r.layout;
+  j["recompute"] = o.recompute();
   j["pipeline_given"] = !o.ppv().empty();
   j["balance"] = partition::to_string(o.balance());
   j["partitions"] = r.partitions;

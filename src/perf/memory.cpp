@@ -74,6 +74,18 @@ std::vector<int64_t> with_batch(std::vector<int64_t> shape, int64_t batch) {
   return shape;
 }
 
+// R_k per partition: the kept bytes of its recomputed units less the last one's output.
+std::vector<int64_t> recomputed_bytes(const partition::Profile& profile, const partition::Plan& plan) {
+  std::vector<int64_t> bytes;
+  for (int k = 0; k < plan.num_partitions(); ++k) {
+    const size_t first = plan.unit_ranges[k].first, count = plan.recomputed_units(k);
+    int64_t kept = 0;
+    for (size_t u = first; u < first + count; ++u) kept += profile.units[u].kept_bytes;
+    bytes.push_back(count == 0 ? 0 : kept - profile.units[first + count - 1].output_bytes);
+  }
+  return bytes;
+}
+
 torch::MemoryFormat memory_format(const MemoryOptions& o) {
   return resolved_layout(o.layout, o.model) == Layout::kChannelsLast ? torch::MemoryFormat::ChannelsLast
                                                                      : torch::MemoryFormat::Contiguous;
@@ -84,12 +96,13 @@ torch::MemoryFormat memory_format(const MemoryOptions& o) {
 MemoryTable predict_memory(const std::vector<int64_t>& activation_bytes,
                            const std::vector<int64_t>& weight_bytes,
                            const std::vector<int>& max_in_flight, bool momentum,
-                           int64_t batch_size) {
+                           int64_t batch_size, const std::vector<int64_t>& recomputed_bytes) {
   SP_CHECK_ARG(!activation_bytes.empty() && activation_bytes.size() == weight_bytes.size() &&
-                   activation_bytes.size() == max_in_flight.size(),
-               "memory prediction: need one activation size, weight size and in-flight count per "
-               "partition, got ", activation_bytes.size(), ", ", weight_bytes.size(), " and ",
-               max_in_flight.size());
+                   activation_bytes.size() == max_in_flight.size() &&
+                   (recomputed_bytes.empty() || recomputed_bytes.size() == activation_bytes.size()),
+               "memory prediction: need one activation size, weight size and in-flight count (and "
+               "recomputed size, if any) per partition, got ", activation_bytes.size(), ", ",
+               weight_bytes.size(), ", ", max_in_flight.size(), " and ", recomputed_bytes.size());
   SP_CHECK_ARG(batch_size >= 1, "memory prediction: batch size must be >= 1, got ", batch_size);
   MemoryTable t;
   t.batch_size = batch_size;
@@ -103,7 +116,13 @@ MemoryTable predict_memory(const std::vector<int64_t>& activation_bytes,
     p.activation_bytes = activation_bytes[k];
     p.weight_bytes = weight_bytes[k];
     p.optimizer_bytes = weight_bytes[k] * (momentum ? 2 : 1);
-    p.predicted_bytes = p.max_in_flight * p.activation_bytes + p.weight_bytes + p.optimizer_bytes;
+    p.recomputed_bytes = recomputed_bytes.empty() ? 0 : recomputed_bytes[k];
+    SP_CHECK_ARG(p.recomputed_bytes >= 0 && p.recomputed_bytes <= p.activation_bytes, "memory prediction, partition ",
+                 k + 1, ": recomputed bytes must be 0..", p.activation_bytes, ", got ", p.recomputed_bytes);
+    // The mini-batch being recomputed has already freed the rest of its activations.
+    const int64_t rest = p.activation_bytes - p.recomputed_bytes;
+    p.predicted_bytes = (p.max_in_flight - 1) * rest + std::max(rest, p.recomputed_bytes) +
+                        p.weight_bytes + p.optimizer_bytes;
     p.stash_bytes = (p.max_in_flight - 1) * p.weight_bytes;
     t.partitions.push_back(p);
     A += p.activation_bytes;
@@ -145,13 +164,13 @@ std::vector<int64_t> measure_partition_peaks(const MemoryOptions& o, const std::
         // Build inside the scope so the weights count; the other partitions' units are freed
         // with the model at the end of this block.
         auto model = models::make_model(o.model, input_shape(o));
-        const auto plan = partition::make_plan(model, ppv);
+        const auto plan = partition::make_plan(model, ppv, o.recompute);
         torch::nn::Sequential seq;
         for (size_t u = plan.unit_ranges[k].first; u < plan.unit_ranges[k].second; ++u) {
           seq->push_back(model.units[u].name, model.units[u].module);
         }
         stage = std::make_unique<exec::Stage>(k, K, seq, torch::kCPU, sgd_options(OptimizerOptions(), 0),
-                                              exec::Objective{}, o.seed, format);
+                                              exec::Objective{}, o.seed, format, plan.recomputed_units(k));
       }
       stage->begin_segment(schedule, [](int64_t) { return 0.01; });
       const auto in_shape = with_batch(shapes[k], o.batch_size);
@@ -201,7 +220,7 @@ MemoryReport memory_report(const MemoryOptions& o) {
   for (auto& unit : model.units) {  // profile_model keeps the weights' layout
     models::to_memory_format(*unit.module.ptr(), memory_format(o));
   }
-  const auto plan = partition::make_plan(model, ppv);
+  const auto plan = partition::make_plan(model, ppv, o.recompute);
   const int K = plan.num_partitions();
 
   // Only the kept bytes are needed: one unmeasured-time run per unit.
@@ -212,12 +231,13 @@ MemoryReport memory_report(const MemoryOptions& o) {
   p.repeats = 1;
   p.memory_format = memory_format(o);
   r.layout = to_string(resolved_layout(o.layout, o.model));
-  const auto costs = sim::partition_costs(partition::profile_model(model, p), plan);
+  const auto profile = partition::profile_model(model, p);
+  const auto costs = sim::partition_costs(profile, plan);
   const auto stats = schedule::analyze(schedule::make_schedule(schedule::ScheduleKind::kStale, K, 0, 4 * K + 4));
   std::vector<int> in_flight;
   for (const auto& w : stats.workers) in_flight.push_back(w.max_in_flight);
   r.predicted = predict_memory(costs.activation_bytes, costs.parameter_bytes, in_flight,
-                               /*momentum=*/true, o.batch_size);
+                               /*momentum=*/true, o.batch_size, recomputed_bytes(profile, plan));
 
   const auto peaks = measure_partition_peaks(o, ppv);
   int64_t sum = 0;
@@ -225,7 +245,9 @@ MemoryReport memory_report(const MemoryOptions& o) {
     r.predicted.partitions[k].measured_peak_bytes = peaks[k];
     sum += peaks[k];
   }
-  r.measured_non_pipelined_bytes = measure_partition_peaks(o, {})[0];
+  MemoryOptions plain = o;  // the baseline: non-pipelined training as it is usually done
+  plain.recompute = 0;
+  r.measured_non_pipelined_bytes = measure_partition_peaks(plain, {})[0];
   r.measured_scheme_added_bytes = sum - r.measured_non_pipelined_bytes;
   r.measured_peak_ratio = static_cast<double>(sum) / static_cast<double>(r.measured_non_pipelined_bytes);
   // Same base as the computed column (weights + activations): the gradient and momentum
@@ -242,8 +264,11 @@ MemoryReport memory_report(const MemoryOptions& o) {
 std::string format_memory_report(const MemoryReport& r) {
   const auto& t = r.predicted;
   auto mb = [](int64_t bytes) { return static_cast<double>(bytes) / kMb; };
-  std::string s = c10::str("memory ", r.options.model, ": pipeline ", partition::format_ppv(r.options.ppv), ", batch ",
-                           t.batch_size, ", ", r.options.channels, " channel(s), ", r.layout, "; MB = 1e6 bytes\n");
+  const int recompute = r.options.recompute;
+  std::string s = c10::str("memory ", r.options.model, ": pipeline ", partition::format_ppv(r.options.ppv),
+                           recompute > 0 ? c10::str(" recomputing through layer ", recompute) : std::string(),
+                           ", batch ", t.batch_size, ", ", r.options.channels, " channel(s), ", r.layout,
+                           "; MB = 1e6 bytes\n");
   char line[256];
   std::snprintf(line, sizeof(line), "%-10s %9s %12s %10s %12s %12s %9s %12s\n", "partition",
                 "in flight", "act/batch", "weights", "predicted", "measured", "meas/pred",
@@ -270,6 +295,7 @@ std::string format_memory_report(const MemoryReport& r) {
                 r.measured_scheme_percent, mb(r.measured_non_pipelined_bytes),
                 mb(r.measured_scheme_added_bytes), t.stash_percent, r.measured_peak_ratio);
   s += summary;
+  if (recompute > 0) s += "  (the partitions recompute; the non-pipelined peak is of training without recomputation)\n";
   return s;
 }
 
@@ -292,12 +318,14 @@ std::string to_json(const MemoryReport& r) {
   j["measured_scheme_percent"] = r.measured_scheme_percent;
   j["measured_peak_ratio"] = r.measured_peak_ratio;
   j["layout"] = r.layout;
+  j["recompute"] = r.options.recompute;
   auto& parts = j["partitions"] = nlohmann::json::array();
   for (const auto& p : t.partitions) {
     parts.push_back({{"max_in_flight", p.max_in_flight},
                      {"activation_bytes", p.activation_bytes},
                      {"weight_bytes", p.weight_bytes},
                      {"optimizer_bytes", p.optimizer_bytes},
+                     {"recomputed_bytes", p.recomputed_bytes},
                      {"predicted_bytes", p.predicted_bytes},
                      {"measured_peak_bytes", p.measured_peak_bytes},
                      {"stash_bytes", p.stash_bytes}});

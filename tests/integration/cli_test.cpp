@@ -49,6 +49,9 @@ TEST(Cli, UsageErrorsExitTwo) {
   expect_one_line_error(run_cli(with(kSmallRun, {"--model", "inception"})), 2, "inception");
   expect_one_line_error(run_cli(with(kSmallRun, {"--data", "imagenet"})), 2, "imagenet");
   expect_one_line_error(run_cli(with(kSmallRun, {"--pipeline", "5"})), 2, "a register may follow layer 1, 2, 3, 4");
+  expect_one_line_error(run_cli(with(kSmallRun, {"--recompute", "9"})), 2,
+                        "--recompute 9: model lenet5 has 5 weight layers; recomputation may end after layer 1, 2, 3, 4");
+  expect_one_line_error(run_cli(with(kSmallRun, {"--recompute", "-1"})), 2, "--recompute must be a weight layer");
   expect_one_line_error(run_cli(with(kSmallRun, {"--frobnicate"})), 2, "frobnicate");
   expect_one_line_error(run_cli({"train", "--epochs", "many"}), 2, "many");
   expect_one_line_error(run_cli({"layers", "--model", "resnet7"}), 2, "6n+2");
@@ -207,6 +210,8 @@ TEST(Cli, BenchAndMemoryBadFlagsExitTwo) {
   expect_one_line_error(run_cli({"memory"}), 2, "--pipeline");
   expect_one_line_error(run_cli({"memory", "--pipeline", "none"}), 2, "at least one register");
   expect_one_line_error(run_cli({"memory", "--pipeline", "9"}), 2, "a register may follow layer");
+  expect_one_line_error(run_cli({"memory", "--pipeline", "2", "--recompute", "9"}), 2, "--recompute 9: model lenet5");
+  expect_one_line_error(run_cli({"bench", "--recompute", "9"}), 2, "--recompute 9: model lenet5");
   expect_one_line_error(run_cli({"memory", "--pipeline", "2", "--channels", "0"}), 2, "--channels must be 1..64");
 }
 

@@ -22,7 +22,7 @@ models::Model build_model(const RunSpec& spec) {
   torch::manual_seed(spec.seed);
   models::InputShape input;
   input.channels = 1;
-  return models::make_model(spec.model, input);
+  return models::make_model(spec.model, input, models::ZooOptions().dropout(spec.dropout));
 }
 
 exec::Input input_at(const data::Loader& loader, int64_t step) {
@@ -56,7 +56,7 @@ void run_segment(const RunSpec& spec, exec::Pipeline& pipeline,
 }
 
 exec::Pipeline make_pipeline(const RunSpec& spec, const models::Model& model) {
-  const auto plan = partition::make_plan(model, spec.ppv);
+  const auto plan = partition::make_plan(model, spec.ppv, spec.recompute);
   return exec::Pipeline(model, plan, std::vector<torch::Device>(plan.num_partitions(), torch::kCPU),
                         optim::SgdOptions()
                             .momentum(spec.momentum)
@@ -64,7 +64,9 @@ exec::Pipeline make_pipeline(const RunSpec& spec, const models::Model& model) {
                             .delay_aware_lr(spec.delay_aware_lr)
                             .weight_prediction(spec.weight_prediction)
                             .spike_compensation(spec.spike_compensation)
-                            .fixed_weight_norm(spec.fixed_weight_norm));
+                            .fixed_weight_norm(spec.fixed_weight_norm),
+                        exec::Objective{}, 0,
+                        spec.channels_last ? torch::MemoryFormat::ChannelsLast : torch::MemoryFormat::Contiguous);
 }
 
 std::vector<torch::Tensor> run_pipeline(const RunSpec& spec) {
@@ -79,7 +81,13 @@ std::vector<torch::Tensor> run_pipeline(const RunSpec& spec) {
     run_segment(spec, pipeline, loader, schedule::ScheduleKind::kSequential, spec.executor,
                 spec.switch_step, spec.steps);
   }
-  return pipeline.parameters();
+  auto state = pipeline.parameters();
+  if (spec.buffers) {
+    for (auto* stage : pipeline.stages()) {
+      for (const auto& b : stage->module()->buffers()) state.push_back(b.detach().clone());
+    }
+  }
+  return state;
 }
 
 std::vector<torch::Tensor> initial_parameters(const RunSpec& spec) {

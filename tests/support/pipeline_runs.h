@@ -32,12 +32,17 @@ struct RunSpec {
   bool weight_prediction = false;
   bool spike_compensation = false;
   bool fixed_weight_norm = false;
+  int recompute = 0;      // PipelineOptions::recompute
+  double dropout = 0;     // ZooOptions::dropout
+  bool buffers = false;   // run_pipeline also returns the buffers, after the parameters
+  bool channels_last = false;  // weights, activations and registers in NHWC (run_pipeline only)
 };
 
 // A loader over seeded synthetic 28x28 data, padded to 32x32 and normalised.
 data::Loader synthetic_loader(int64_t train_size, int64_t batch_size, uint64_t seed);
 
-// Trains spec.steps mini-batches as one segment of the schedule; returns all parameters.
+// Trains spec.steps mini-batches as one segment of the schedule; returns all parameters
+// (and buffers if spec.buffers).
 std::vector<torch::Tensor> run_pipeline(const RunSpec& spec);
 
 // The parameters run_pipeline starts from, in the same order.

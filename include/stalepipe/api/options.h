@@ -113,6 +113,12 @@ struct PipelineOptions {
   // without one was written before the per-model default, in NCHW (or with the earlier key
   // "channels_last": true), and is read that way, so older runs resume as they ran.
   TORCH_ARG(Layout, layout) = Layout::kAuto;
+  // Recomputation (activation checkpointing): the units through this weight layer (a position
+  // a register could follow; 0 = none) keep no activations from forward to backward, which
+  // recomputes them (exec/stage.h). The trained weights are the same bit for bit; a partition
+  // with mini-batches in flight keeps less, and each backward costs one more forward of those
+  // units (balance kTime and kFlops count it).
+  TORCH_ARG(int, recompute) = 0;
 };
 
 // SGD, its learning rate over time, the staleness mitigations and the loss.

@@ -13,7 +13,8 @@ namespace stalepipe::exec {
 
 class Pipeline {
  public:
-  // devices: one per partition (plan.num_partitions()); seed, memory_format: as Stage's.
+  // devices: one per partition (plan.num_partitions()); seed, memory_format: as Stage's;
+  // each stage recomputes the plan's recomputed units it holds.
   Pipeline(const models::Model& model, const partition::Plan& plan,
            const std::vector<torch::Device>& devices, optim::SgdOptions sgd,
            Objective objective = {}, uint64_t seed = 0,

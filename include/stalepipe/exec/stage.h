@@ -16,6 +16,14 @@
 //   weight prediction (SgdOptions::weight_prediction): forward(t) runs with the weights
 //       extrapolated along the momentum by the number of updates it lacks (its delay D),
 //       then the current weights are put back; no old version is kept.
+// Recomputation (recompute_units > 0) changes what is kept, not what is computed: forward(t)
+// runs the stage's first recompute_units units without a graph and keeps only the stage's
+// input and their output; backward(t) runs the rest of the backward, then those units'
+// forward again, with the weights and random numbers forward(t) used (the weights copied on
+// write, as stashing does, but only theirs) and their buffers (batch-norm running statistics)
+// left as forward(t) left them, then their backward with the current weights. The gradients
+// are those without recomputation bit for bit; a mini-batch in flight keeps one activation
+// of those units instead of all, and each backward costs one more forward of them.
 // D, the delay of mini-batch t's gradient, is counted here: the updates of mini-batches
 // before t that are not yet applied when forward(t) runs (every mini-batch before the
 // segment's first step is applied: segments start with a drained pipeline).
@@ -28,6 +36,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <vector>
 
 #include <torch/nn/modules/container/sequential.h>
 #include <torch/types.h>
@@ -56,9 +65,12 @@ class Stage {
   // a generator seeded from (seed, index, step, micro), so they do not depend on the executor.
   // memory_format: the layout of the module's 4-D weights and of the 4-D inputs it takes
   // (models/memory_format.h); an input that arrives in another layout is converted once.
+  // recompute_units: the module's first units whose activations backward recomputes (above);
+  // at most the module's size.
   Stage(int index, int num_stages, torch::nn::Sequential module, torch::Device device,
         optim::SgdOptions sgd, Objective objective = {}, uint64_t seed = 0,
-        torch::MemoryFormat memory_format = torch::MemoryFormat::Contiguous);
+        torch::MemoryFormat memory_format = torch::MemoryFormat::Contiguous,
+        size_t recompute_units = 0);
 
   int index() const { return index_; }
   bool is_first() const { return index_ == 0; }
@@ -107,14 +119,21 @@ class Stage {
     torch::Tensor input;   // leaf requiring grad (non-first stages)
     torch::Tensor output;  // output or loss, with its graph
     Weights weights;       // the forward's weights, once they differ from the current ones
+    torch::Tensor head_output;  // recomputation: the recomputed units' output, a leaf
+    Weights head_weights;       // ... their weights as the forward saw them, once they differ
   };
   using Key = std::pair<int64_t, int>;  // (step, micro)
 
   torch::Tensor prepare_input(const torch::Tensor& input) const;
   Pending& pending(int64_t step, int micro, const char* what);
-  // Runs `forward` with the weights this forward of `step` should see; fills p.weights.
-  torch::Tensor forward_with_weights(int64_t step, int micro, Pending& p,
-                                     const std::function<torch::Tensor()>& forward);
+  // The module's forward on p.input with the weights this forward of `step` should see;
+  // fills p.weights and, with recomputation, p.head_output and p.head_weights.
+  torch::Tensor forward_with_weights(int64_t step, int micro, Pending& p);
+  // Units [first, last) of the module on x.
+  torch::Tensor run_units(size_t first, size_t last, torch::Tensor x);
+  // Recomputation: the recomputed units' forward again, then their backward from `grad`
+  // (undefined: the gradient the rest of the stage's backward left in p.head_output).
+  void recompute_backward(int64_t step, int micro, Pending& p, torch::Tensor grad);
 
   int index_;
   int num_stages_;
@@ -129,6 +148,9 @@ class Stage {
   int64_t last_update_step_ = -1;     // updates of all steps up to this one are applied
   bool stash_weights_ = false;
   std::function<double(int64_t)> lr_;
+  size_t recompute_units_ = 0;
+  std::vector<torch::Tensor> recompute_params_;   // the recomputed units' parameters
+  std::vector<torch::Tensor> recompute_buffers_;  // and buffers
 };
 
 }  // namespace stalepipe::exec

@@ -43,8 +43,9 @@ Balance balance_from_name(const std::string& name,
 std::string to_string(Balance criterion);
 
 // Per-unit costs by criterion. kTime needs `profile` (non-null, one row per unit); throws
-// UsageError otherwise. `model` is not const because describe_units runs a forward.
+// UsageError otherwise. `model` is not const because describe_units runs a forward. The first
+// recompute_units units (Plan::recompute_units) cost one forward more under kTime and kFlops.
 std::vector<double> unit_costs(models::Model& model, Balance criterion,
-                               const Profile* profile = nullptr);
+                               const Profile* profile = nullptr, size_t recompute_units = 0);
 
 }  // namespace stalepipe::partition

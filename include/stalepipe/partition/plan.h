@@ -22,7 +22,11 @@ struct Plan {
   std::vector<int> ppv;                                // register after these weight layers
   std::vector<std::pair<size_t, size_t>> unit_ranges;  // per partition: units [first, second)
   std::vector<int64_t> parameters;                     // trainable parameters per partition
+  // The model's first units whose activations backward recomputes (exec/stage.h); 0: none.
+  size_t recompute_units = 0;
   int num_partitions() const { return static_cast<int>(unit_ranges.size()); }
+  // How many of partition k's units are among them: the partition's first ones.
+  size_t recomputed_units(int k) const;
 };
 
 // Parses "7", "7,13" or "none"/"" (no register). Throws UsageError on anything else.
@@ -32,7 +36,14 @@ std::string format_ppv(const std::vector<int>& ppv);  // "7,13" or "none"
 // Validates the PPV against the model and cuts it. Throws UsageError naming the model, the
 // bad entry and the valid register positions, e.g.
 //   "--pipeline 9: model lenet5 has 5 weight layers; a register may follow layer 1, 2, 3, 4".
-Plan make_plan(const models::Model& model, const std::vector<int>& ppv);
+// recompute_layer: the weight layer through which backward recomputes activations
+// (PipelineOptions::recompute, 0: none), checked as units_through_layer does.
+Plan make_plan(const models::Model& model, const std::vector<int>& ppv, int recompute_layer = 0);
+
+// The number of the model's first units whose weight layers are 1..layer (0 for layer 0). A
+// recomputed range ends where a register could go; throws UsageError naming
+// PipelineOptions::recompute and the positions allowed otherwise.
+size_t units_through_layer(const models::Model& model, int layer);
 
 // The share (0..100) of trainable parameters in partitions whose forward uses stale weights,
 // given each partition's staleness d_k (paper-notes: "Percentage of stale weights").

@@ -62,6 +62,8 @@ struct BenchOptions {
   TORCH_ARG(int, rounds) = 1;               // 1..100: alternated runs of every configuration
   TORCH_ARG(uint64_t, seed) = 1;
   TORCH_ARG(Layout, layout) = Layout::kAuto;  // PipelineOptions::layout of every configuration
+  // PipelineOptions::recompute of the pipelined configurations (the baselines train plainly).
+  TORCH_ARG(int, recompute) = 0;
 };
 
 // One configuration's result.

@@ -9,6 +9,10 @@
 //   optimizer   = W_k for the gradient, + W_k for the momentum buffer when momentum is used.
 // Weight stashing (PipeDream) would keep one more weight copy per mini-batch in flight beyond
 // the first: (max_in_flight_k - 1) x W_k on top.
+// Recomputation (MemoryOptions::recompute) keeps R_k of A_k, the recomputed units' kept bytes
+// less their output, for one mini-batch only: the one being recomputed, whose other
+// activations its backward has freed by then:
+//   activations = (max_in_flight_k - 1) x (A_k - R_k) + max(A_k - R_k, R_k).
 //
 // Table 9 accounting (memory increase of pipelined over non-pipelined training), as the
 // paper's columns: non-pipelined = W + A where W = sum W_k and A = sum A_k (one mini-batch's
@@ -40,7 +44,8 @@ struct PartitionMemory {
   int64_t activation_bytes = 0;   // A_k, per mini-batch
   int64_t weight_bytes = 0;       // W_k
   int64_t optimizer_bytes = 0;    // gradient (+ momentum)
-  int64_t predicted_bytes = 0;    // max_in_flight x A_k + W_k + optimizer
+  int64_t recomputed_bytes = 0;   // R_k (0 without recomputation)
+  int64_t predicted_bytes = 0;    // activations as above + W_k + optimizer
   int64_t stash_bytes = 0;        // (max_in_flight - 1) x W_k
   int64_t measured_peak_bytes = -1;  // -1: not measured
 };
@@ -58,11 +63,12 @@ struct MemoryTable {
 };
 
 // The prediction above from per-partition numbers (one entry each, same length; in-flight
-// counts >= 1). Throws UsageError on mismatched lengths or negative values.
+// counts >= 1; recomputed_bytes empty for none, else R_k <= A_k). The Table 9 columns are the
+// paper's scheme, without recomputation. Throws UsageError on mismatched lengths or values.
 MemoryTable predict_memory(const std::vector<int64_t>& activation_bytes,
                            const std::vector<int64_t>& weight_bytes,
                            const std::vector<int>& max_in_flight, bool momentum,
-                           int64_t batch_size);
+                           int64_t batch_size, const std::vector<int64_t>& recomputed_bytes = {});
 
 struct MemoryOptions {
   std::string model = "lenet5";
@@ -71,6 +77,8 @@ struct MemoryOptions {
   int64_t channels = 1;
   uint64_t seed = 1;
   Layout layout = Layout::kAuto;  // as PipelineOptions::layout, decided for `model`
+  // PipelineOptions::recompute of the partitions; the non-pipelined peak is measured without.
+  int recompute = 0;
 };
 
 struct MemoryReport {

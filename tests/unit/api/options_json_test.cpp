@@ -30,5 +30,24 @@ TEST(OptionsJson, NumbersAFieldCannotHoldAreRefusedNamingTheFile) {
   EXPECT_EQ(options_from_json({{"batch_size", 64}, {"seed", 18446744073709551615ULL}}, "ok").data().batch_size(), 64);
 }
 
+TEST(OptionsJson, RecomputationIsStoredButNotHashed) {
+  // It changes what is kept, not the weights, so a run may resume with or without it.
+  Options o;
+  o.run().model("resnet20");
+  o.pipeline().ppv({7}).recompute(7);
+  const Options back = options_from_json(to_json(o), "test");
+  EXPECT_EQ(back.pipeline().recompute(), 7);
+  Options plain = o;
+  plain.pipeline().recompute(0);
+  EXPECT_EQ(config_hash(o), config_hash(plain));
+  o.pipeline().recompute(-1);
+  try {
+    check_options(o);
+    ADD_FAILURE() << "recompute -1 was accepted";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("PipelineOptions::recompute must be a weight layer"), std::string::npos);
+  }
+}
+
 }  // namespace
 }  // namespace stalepipe

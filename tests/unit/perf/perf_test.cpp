@@ -119,6 +119,15 @@ TEST(Memory, PredictionByHand) {
   EXPECT_THROW(predict_memory({1000, 300}, {50}, {2, 1}, true, 10), UsageError);
   EXPECT_THROW(predict_memory({1000}, {50}, {0}, true, 10), UsageError);
   EXPECT_THROW(predict_memory({1000}, {50}, {1}, true, 0), UsageError);
+  // Recomputation: 600 of partition 1's 1000 bytes are kept for one mini-batch, not two, and
+  // while they are, that mini-batch's other 400 are gone.
+  const auto r = predict_memory({1000, 300}, {50, 20}, {2, 1}, true, 10, {600, 0});
+  EXPECT_EQ(r.partitions[0].predicted_bytes, 400 + 600 + 50 + 100);
+  EXPECT_EQ(predict_memory({1000}, {50}, {2}, true, 10, {300}).partitions[0].predicted_bytes, 700 + 700 + 150);
+  EXPECT_EQ(r.partitions[1].predicted_bytes, 300 + 20 + 40);
+  EXPECT_EQ(r.scheme_added_bytes, 1000);  // Table 9 is the paper's scheme, without it
+  EXPECT_THROW(predict_memory({1000, 300}, {50, 20}, {2, 1}, true, 10, {1001, 0}), UsageError);
+  EXPECT_THROW(predict_memory({1000, 300}, {50, 20}, {2, 1}, true, 10, {0}), UsageError);
 }
 
 TEST(Memory, MeasuredPeaksHoldWeightsStateAndInFlightInputs) {
@@ -156,6 +165,32 @@ TEST(Memory, TheReportMeasuresTheLayoutTrainRunsAndThePeakRatio) {
   const auto nchw = memory_report(o);
   EXPECT_EQ(nchw.layout, "nchw");
   EXPECT_EQ(nchw.predicted.weight_mb, auto_layout.predicted.weight_mb);
+}
+
+TEST(Memory, RecomputationKeepsTheRecomputedActivationsOfOneMiniBatch) {
+  // ResNet-8 cut after its first block (layer 3), two mini-batches in flight in partition 1.
+  MemoryOptions o;
+  o.model = "resnet8";
+  o.ppv = {3};
+  o.batch_size = 16;
+  const auto plain = memory_report(o);
+  o.recompute = 3;  // all of partition 1
+  const auto recomputed = memory_report(o);
+  const auto& before = plain.predicted.partitions;
+  const auto& after = recomputed.predicted.partitions;
+  // Partition 1 keeps its input and output per mini-batch in flight, its units' activations once.
+  EXPECT_LT(after[0].measured_peak_bytes, before[0].measured_peak_bytes);
+  EXPECT_LT(after[0].predicted_bytes, before[0].predicted_bytes);
+  EXPECT_GT(after[0].recomputed_bytes, 0);
+  // Partition 2 and the non-pipelined baseline do not recompute.
+  EXPECT_EQ(after[1].measured_peak_bytes, before[1].measured_peak_bytes);
+  EXPECT_EQ(after[1].recomputed_bytes, 0);
+  EXPECT_EQ(recomputed.measured_non_pipelined_bytes, plain.measured_non_pipelined_bytes);
+  EXPECT_LT(recomputed.measured_peak_ratio, plain.measured_peak_ratio);
+  // The saving is the second mini-batch's recomputed activations: the prediction within 25%.
+  const double saved = static_cast<double>(before[0].measured_peak_bytes - after[0].measured_peak_bytes);
+  EXPECT_NEAR(saved / static_cast<double>(after[0].recomputed_bytes), 1.0, 0.25);
+  EXPECT_NE(format_memory_report(recomputed).find("recomputing through layer 3"), std::string::npos);
 }
 
 }  // namespace
