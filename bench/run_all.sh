@@ -9,6 +9,8 @@
 #     peers-<model>-{k2,paper}.json/.txt   bench/peers.py (PyTorch plain and Pipe, same partitions)
 #     memory-<model>.json/.txt  stalepipe memory (Table 9: LeNet-5 2, AlexNet 3, VGG-16 2, ResNet-20 7)
 #     memory-<model>-k2.json/.txt   stalepipe memory of the balanced K=2 cut (MEMK2, default resnet56)
+#     <model>-k2-recompute.json/.txt, memory-<model>-k2-recompute.json/.txt   the same with --recompute
+#                               (RECOMPUTE, default resnet56:9: its balanced cut recomputing through layer 9)
 #     bench_channel.json, bench_executors.json   the Google Benchmark micro-benchmarks
 #     table.md                  the side-by-side tables for docs/performance.md
 #     machine.txt               CPU, load before and after, versions
@@ -16,6 +18,7 @@
 # Environment: OUT (folder), STEPS (measured steps, default 20), WARMUP (default 3), BATCH
 # (default 128), ROUNDS (alternated rounds of every configuration, bench and peers, medians
 # reported; default 1), SPECS (model:paper-PPV list), MEMK2 (models list; empty: none), MEMSPECS (model:PPV:channels list; empty: none),
+# RECOMPUTE (model:layer list; empty: none),
 # PLACEMENTS (default "k2 paper"; "k2" alone where the balanced cut is the paper's),
 # SKIP_PEERS=1 (no PyTorch), SKIP_PROCESSES=1 (no processes executor), SKIP_MICRO=1.
 # A smoke test of the script itself (a minute; numbers meaningless):
@@ -31,6 +34,7 @@ ROUNDS=${ROUNDS:-1}
 SPECS=${SPECS-"lenet5:2 resnet20:7 resnet56:19 resnet110:37"}  # set but empty: none
 MEMK2=${MEMK2-"resnet56"}  # models whose balanced K=2 cut also gets `stalepipe memory` (issue 19)
 MEMSPECS=${MEMSPECS-"lenet5:2:1 alexnet:3:3 vgg16:2:3 resnet20:7:3"}
+RECOMPUTE=${RECOMPUTE-"resnet56:9"}  # model:layer: its balanced K=2 cut again, recomputing (issue 19, memory)
 PLACEMENTS=${PLACEMENTS:-"k2 paper"}
 for placement in $PLACEMENTS; do
   [[ $placement == k2 || $placement == paper ]] ||
@@ -70,6 +74,17 @@ for spec in $SPECS; do
       $SP memory --model "$model" --pipeline "$cut" --batch-size "$BATCH" \
         --json "$OUT/memory-$model-k2.json" | tee "$OUT/memory-$model-k2.txt"
     fi
+    for spec_rc in $RECOMPUTE; do
+      [[ ${spec_rc%%:*} == "$model" ]] || continue
+      layer=${spec_rc##*:}
+      echo "== $model: 2 partitions balanced by time, recomputing through layer $layer" >&2
+      $SP bench --model "$model" --partitions 2 --balance time --recompute "$layer" --batch-size "$BATCH" \
+        --warmup-steps "$WARMUP" --steps "$STEPS" --rounds "$ROUNDS" --json "$OUT/$model-k2-recompute.json" \
+        | tee "$OUT/$model-k2-recompute.txt"
+      cut=$(/usr/bin/python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["ppv"])' "$OUT/$model-k2-recompute.json")
+      $SP memory --model "$model" --pipeline "$cut" --recompute "$layer" --batch-size "$BATCH" \
+        --json "$OUT/memory-$model-k2-recompute.json" | tee "$OUT/memory-$model-k2-recompute.txt"
+    done
   fi
   if [[ " $PLACEMENTS " == *" paper "* ]]; then
     echo "== $model: the paper's placement --pipeline $paper" >&2
