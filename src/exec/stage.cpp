@@ -73,7 +73,9 @@ void write_weights(const std::vector<torch::Tensor>& params, const std::vector<t
   for (size_t i = 0; i < params.size(); ++i) params[i].data().copy_(values[i]);
 }
 
-// Puts the current weights back when a pass that ran with other weights ends, even by a throw.
+// Puts tensors back as they were when a pass ends, even by a throw: the current weights after
+// a pass that ran with other weights, the buffers (batch-norm running statistics) after a
+// forward that must not count as one more (a recomputation).
 class RestoreWeights {
  public:
   explicit RestoreWeights(const std::vector<torch::Tensor>& params)
@@ -84,21 +86,6 @@ class RestoreWeights {
 
  private:
   const std::vector<torch::Tensor>& params_;
-  std::vector<torch::Tensor> saved_;
-};
-
-// Puts buffers (batch-norm running statistics) back as they were when a forward that must
-// not count as one more (a recomputation) ends.
-class RestoreBuffers {
- public:
-  explicit RestoreBuffers(const std::vector<torch::Tensor>& buffers)
-      : buffers_(buffers), saved_(copy_weights(buffers)) {}
-  ~RestoreBuffers() { write_weights(buffers_, saved_); }
-  RestoreBuffers(const RestoreBuffers&) = delete;
-  RestoreBuffers& operator=(const RestoreBuffers&) = delete;
-
- private:
-  const std::vector<torch::Tensor>& buffers_;
   std::vector<torch::Tensor> saved_;
 };
 
@@ -233,7 +220,7 @@ void Stage::recompute_backward(int64_t step, int micro, Pending& p, torch::Tenso
       restore.emplace(recompute_params_);
       write_weights(recompute_params_, *p.head_weights);
     }
-    RestoreBuffers keep_statistics(recompute_buffers_);
+    RestoreWeights keep_statistics(recompute_buffers_);
     models::RandomScope random(forward_seed(seed_, index_, step, micro));
     head = run_units(0, recompute_units_, p.input);
   }

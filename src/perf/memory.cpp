@@ -74,18 +74,6 @@ std::vector<int64_t> with_batch(std::vector<int64_t> shape, int64_t batch) {
   return shape;
 }
 
-// R_k per partition: the kept bytes of its recomputed units less the last one's output.
-std::vector<int64_t> recomputed_bytes(const partition::Profile& profile, const partition::Plan& plan) {
-  std::vector<int64_t> bytes;
-  for (int k = 0; k < plan.num_partitions(); ++k) {
-    const size_t first = plan.unit_ranges[k].first, count = plan.recomputed_units(k);
-    int64_t kept = 0;
-    for (size_t u = first; u < first + count; ++u) kept += profile.units[u].kept_bytes;
-    bytes.push_back(count == 0 ? 0 : kept - profile.units[first + count - 1].output_bytes);
-  }
-  return bytes;
-}
-
 torch::MemoryFormat memory_format(const MemoryOptions& o) {
   return resolved_layout(o.layout, o.model) == Layout::kChannelsLast ? torch::MemoryFormat::ChannelsLast
                                                                      : torch::MemoryFormat::Contiguous;
@@ -231,13 +219,12 @@ MemoryReport memory_report(const MemoryOptions& o) {
   p.repeats = 1;
   p.memory_format = memory_format(o);
   r.layout = to_string(resolved_layout(o.layout, o.model));
-  const auto profile = partition::profile_model(model, p);
-  const auto costs = sim::partition_costs(profile, plan);
+  const auto costs = sim::partition_costs(partition::profile_model(model, p), plan);
   const auto stats = schedule::analyze(schedule::make_schedule(schedule::ScheduleKind::kStale, K, 0, 4 * K + 4));
   std::vector<int> in_flight;
   for (const auto& w : stats.workers) in_flight.push_back(w.max_in_flight);
   r.predicted = predict_memory(costs.activation_bytes, costs.parameter_bytes, in_flight,
-                               /*momentum=*/true, o.batch_size, recomputed_bytes(profile, plan));
+                               /*momentum=*/true, o.batch_size, costs.recomputed_bytes);
 
   const auto peaks = measure_partition_peaks(o, ppv);
   int64_t sum = 0;

@@ -25,17 +25,23 @@ PartitionCosts partition_costs(const partition::Profile& profile, const partitio
                  profile.units.size(), " units; the pipeline needs ", last);
     double f = 0, b = 0;
     int64_t kept = first == 0 ? profile.input_bytes : profile.units[first - 1].output_bytes;
-    int64_t params = 0;
+    int64_t params = 0, recomputed = 0;
     for (size_t u = first; u < last; ++u) {
-      f += profile.units[u].forward_ms;
-      b += profile.units[u].backward_ms;
-      kept += profile.units[u].kept_bytes;
-      params += profile.units[u].parameter_bytes;
+      const auto& unit = profile.units[u];
+      f += unit.forward_ms;
+      b += unit.backward_ms;
+      kept += unit.kept_bytes;
+      params += unit.parameter_bytes;
+      if (u < plan.recompute_units) {
+        b += unit.forward_ms;  // the recomputation
+        recomputed += unit.kept_bytes - (u + 1 == plan.recompute_units || u + 1 == last ? unit.output_bytes : 0);
+      }
     }
     costs.forward_seconds.push_back(f / 1e3);
     costs.backward_seconds.push_back(b / 1e3);
     costs.activation_bytes.push_back(kept);
     costs.parameter_bytes.push_back(params);
+    costs.recomputed_bytes.push_back(recomputed);
   }
   return costs;
 }

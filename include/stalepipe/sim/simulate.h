@@ -36,11 +36,16 @@ struct PartitionCosts {
   std::vector<double> update_seconds;     // may be empty: updates take no time
   std::vector<int64_t> activation_bytes;  // kept per mini-batch in flight; may be empty
   std::vector<int64_t> parameter_bytes;   // may be empty
+  // Of activation_bytes, what recomputation keeps for one mini-batch only (perf/memory.h R_k);
+  // may be empty.
+  std::vector<int64_t> recomputed_bytes;
 };
 
 // From a profile and a plan of the same model: sums of the units' forward and backward
-// medians; activations = the partition's input (held by its graph / pipeline register) + the
-// units' kept bytes; parameter bytes. Throws UsageError if the profile does not match the plan.
+// medians (a unit the plan recomputes adds its forward to the backward); activations = the
+// partition's input (held by its graph / pipeline register) + the units' kept bytes; of
+// those, the recomputed units' kept bytes less the last one's output; parameter bytes. Throws
+// UsageError if the profile does not match the plan.
 PartitionCosts partition_costs(const partition::Profile& profile, const partition::Plan& plan);
 
 struct SimulateOptions {

@@ -15,7 +15,7 @@ RunSpec resnet20(std::vector<int> ppv) {
   RunSpec spec;
   spec.model = "resnet20";
   spec.ppv = std::move(ppv);
-  spec.steps = 10;
+  spec.steps = 8;
   spec.batch_size = 4;
   spec.train_size = 24;
   spec.buffers = true;  // batch-norm running statistics count each forward once
@@ -80,7 +80,7 @@ TEST(Recompute, DropoutDrawsTheSameMasksAgain) {
   spec.model = "alexnet";
   spec.dropout = 0.5;
   spec.ppv = {7};
-  spec.steps = 8;
+  spec.steps = 5;
   spec.batch_size = 4;
   spec.train_size = 16;
   RunSpec without_dropout = spec;

@@ -2,6 +2,8 @@
 #include <gtest/gtest.h>
 
 #include "stalepipe/common/error.h"
+#include "stalepipe/partition/plan.h"
+#include "stalepipe/partition/profile.h"
 #include "stalepipe/schedule/schedule.h"
 #include "stalepipe/sim/simulate.h"
 
@@ -103,6 +105,36 @@ TEST(Simulate, RejectsMismatchedCosts) {
                UsageError);
   EXPECT_THROW(simulate(schedule::make_schedule(ScheduleKind::kStale, 2, 0, 10), costs({1, -1}, {1, 1})),
                UsageError);
+}
+
+TEST(PartitionCosts, RecomputedUnitsRunTheirForwardAgainAndKeepOneMiniBatch) {
+  // Three units (forward 1, 2, 4 ms; backward twice that; kept 100, 200, 400 bytes; outputs
+  // 10, 20, 40), partitions {1, 2} and {3}; recomputation through unit 2.
+  partition::Profile profile;
+  profile.input_bytes = 5;
+  for (int u = 0; u < 3; ++u) {
+    partition::UnitProfile unit;
+    unit.index = u;
+    unit.forward_ms = 1 << u;
+    unit.backward_ms = 2 << u;
+    unit.kept_bytes = 100 << u;
+    unit.output_bytes = 10 << u;
+    profile.units.push_back(unit);
+  }
+  partition::Plan plan;
+  plan.unit_ranges = {{0, 2}, {2, 3}};
+  const auto plain = partition_costs(profile, plan);
+  EXPECT_DOUBLE_EQ(plain.backward_seconds[0], 6e-3);
+  EXPECT_EQ(plain.recomputed_bytes, (std::vector<int64_t>{0, 0}));
+  plan.recompute_units = 2;
+  const auto recomputed = partition_costs(profile, plan);
+  EXPECT_DOUBLE_EQ(recomputed.forward_seconds[0], 3e-3);
+  EXPECT_DOUBLE_EQ(recomputed.backward_seconds[0], 9e-3);  // + the two forwards again
+  EXPECT_DOUBLE_EQ(recomputed.backward_seconds[1], 8e-3);
+  EXPECT_EQ(recomputed.activation_bytes[0], 5 + 100 + 200);
+  EXPECT_EQ(recomputed.recomputed_bytes, (std::vector<int64_t>{100 + 200 - 20, 0}));
+  plan.recompute_units = 1;
+  EXPECT_EQ(partition_costs(profile, plan).recomputed_bytes, (std::vector<int64_t>{100 - 10, 0}));
 }
 
 }  // namespace
