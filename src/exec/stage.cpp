@@ -236,7 +236,7 @@ void Stage::update(int64_t step, double lr) {
     Weights current;
     for (auto& [key, p] : in_flight_) {
       Weights& kept = stash_weights_ ? p.weights : p.head_weights;
-      if (kept || (!stash_weights_ && !p.head_output.defined())) continue;
+      if (kept) continue;
       if (!current) current = shared_copy(params);
       kept = current;
     }
