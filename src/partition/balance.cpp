@@ -107,8 +107,7 @@ std::vector<double> unit_costs(models::Model& model, Balance criterion, const Pr
                  profile->model, " has ", profile->units.size(), " units but model ", model.name,
                  " has ", model.units.size());
     for (const auto& u : profile->units) {
-      const double recomputed = static_cast<size_t>(u.index) < recompute_units ? u.forward_ms : 0.0;
-      costs.push_back(u.forward_ms + u.backward_ms + recomputed);
+      costs.push_back(u.forward_ms + u.backward_ms_with(static_cast<size_t>(u.index) < recompute_units));
     }
   } else if (criterion == Balance::kParams) {
     for (const auto& unit : model.units) {

@@ -29,11 +29,10 @@ PartitionCosts partition_costs(const partition::Profile& profile, const partitio
     for (size_t u = first; u < last; ++u) {
       const auto& unit = profile.units[u];
       f += unit.forward_ms;
-      b += unit.backward_ms;
+      b += unit.backward_ms_with(u < plan.recompute_units);
       kept += unit.kept_bytes;
       params += unit.parameter_bytes;
       if (u < plan.recompute_units) {
-        b += unit.forward_ms;  // the recomputation
         recomputed += unit.kept_bytes - (u + 1 == plan.recompute_units || u + 1 == last ? unit.output_bytes : 0);
       }
     }

@@ -105,7 +105,7 @@ TEST(Processes, ChannelsLastTensorsArriveChannelsLast) {
 }
 
 // Activations and gradients cross the ranks channels-last (as NHWC views) and the weights
-// still equal the emulated executor's.
+// still equal the emulated executor's, with or without recomputation on the first rank.
 TEST(Processes, AChannelsLastResNetEqualsEmulated) {
   TempDir dir;
   auto args = [](const std::string& out, const std::string& executor) {
@@ -118,6 +118,14 @@ TEST(Processes, AChannelsLastResNetEqualsEmulated) {
   ASSERT_EQ(wait_for(spawn(args(ref, "emulated"), {}, dir.file("ref.log")), 60), 0) << slurp(dir.file("ref.log"));
   ASSERT_EQ(run_launch(2, args(run, "processes"), dir.file("run.log"), 60), 0) << slurp(dir.file("run.log"));
   expect_same_results(ref, run);
+
+  // Recomputation through weight layer 1 (the stem, part of partition 1) changes what rank 0
+  // keeps between forward and backward, not the results.
+  const std::string recomputed = dir.file("recomputed");
+  auto recompute_args = args(recomputed, "processes");
+  recompute_args.insert(recompute_args.end(), {"--recompute", "1"});
+  ASSERT_EQ(run_launch(2, recompute_args, dir.file("recomputed.log"), 60), 0) << slurp(dir.file("recomputed.log"));
+  expect_same_results(ref, recomputed);
 }
 
 TEST(Processes, TorchScriptModelFileEqualsEmulated) {

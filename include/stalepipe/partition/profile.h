@@ -43,6 +43,9 @@ struct UnitProfile {
   int64_t kept_bytes = 0;    // per mini-batch, >= output_bytes
   int64_t parameter_bytes = 0;
   double forward_mflops = 0;  // per sample (models::describe_units)
+
+  // A recomputed unit runs its forward once more, just before its backward.
+  double backward_ms_with(bool recomputed) const { return backward_ms + (recomputed ? forward_ms : 0.0); }
 };
 
 struct Profile {
