@@ -1,10 +1,21 @@
 #include "stalepipe/models/blocks.h"
 
 #include <torch/nn/functional/padding.h>
+#if __has_include(<c10/util/variant.h>)
+#include <c10/util/variant.h>
+#endif
 
 #include "stalepipe/common/error.h"
 
 namespace stalepipe::models {
+namespace {
+// A module's options hold c10::variant up to LibTorch 2.0 and std::variant after it.
+#if __has_include(<c10/util/variant.h>)
+using c10::get_if;
+#else
+using std::get_if;
+#endif
+}  // namespace
 
 int64_t conv_output_size(int64_t input, int64_t kernel, int64_t stride, int64_t padding) {
   return (input + 2 * padding - kernel) / stride + 1;
@@ -17,7 +28,7 @@ double conv2d_flops(const torch::nn::Conv2dImpl& conv, const std::vector<int64_t
                c10::IntArrayRef(input_shape));
   const auto kernel = *opt.kernel_size();
   const auto stride = *opt.stride();
-  const auto* padding = c10::get_if<torch::ExpandingArray<2>>(&opt.padding());
+  const auto* padding = get_if<torch::ExpandingArray<2>>(&opt.padding());
   SP_CHECK_ARG(padding != nullptr, "conv2d: FLOP counting needs explicit padding");
   const int64_t out_h = conv_output_size(input_shape[1], kernel[0], stride[0], (**padding)[0]);
   const int64_t out_w = conv_output_size(input_shape[2], kernel[1], stride[1], (**padding)[1]);

@@ -25,10 +25,19 @@ namespace {
 
 // Receives every CPU allocation and free of the thread it is installed on (c10's
 // ProfiledCPUMemoryReporter calls it while memoryProfilingEnabled() is true there).
+// The type of reportMemoryUsage's running totals: int64_t in LibTorch 1.13, size_t in 2.x.
+template <typename F>
+struct TotalArgument;
+template <typename C, typename R, typename Size, typename Total>
+struct TotalArgument<R (C::*)(void*, Size, Total, Total, c10::Device)> {
+  using type = Total;
+};
+using Total = TotalArgument<decltype(&c10::MemoryReportingInfoBase::reportMemoryUsage)>::type;
+
 class AllocationCounter final : public c10::MemoryReportingInfoBase {
  public:
-  void reportMemoryUsage(void* /*ptr*/, int64_t alloc_size, int64_t /*total_allocated*/,
-                         int64_t /*total_reserved*/, c10::Device device) override {
+  void reportMemoryUsage(void* /*ptr*/, int64_t alloc_size, Total /*total_allocated*/,
+                         Total /*total_reserved*/, c10::Device device) override {
     if (!device.is_cpu()) return;
     live_ += alloc_size;
     peak_ = std::max(peak_, live_);

@@ -269,8 +269,8 @@ TEST(PipelineTrainer, MisuseGivesClearErrors) {
             std::string::npos);
   // An executor asked for an absent device.
   EXPECT_NE(usage_error_of([] {
-              PipelineTrainer(user_lenet5(1), Flat().ppv({2}).devices({torch::kCPU, torch::Device("cuda:7")}));
-            }).find("PipelineOptions::devices: cuda:7 is not present; this machine has "),
+              PipelineTrainer(user_lenet5(1), Flat().ppv({2}).devices({torch::kCPU, torch::Device("cuda:99")}));
+            }).find("PipelineOptions::devices: cuda:99 is not present; this machine has "),
             std::string::npos);
   EXPECT_NE(usage_error_of([] { PipelineTrainer(user_lenet5(1), Flat().ppv({2}).devices({torch::kCPU})); })
                 .find("names 1 device(s) but the pipeline has 2 partitions"),

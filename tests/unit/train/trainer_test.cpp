@@ -211,7 +211,7 @@ TEST(Trainer, BadOptionsAreUsageErrors) {
   expect_usage([] { return small("x"); }, "is not a layer number");
   expect_usage([] { return small("8", {{"model", "resnet20"}}); }, "no register may follow layer 8");
   expect_usage([] { return small("2", {{"devices", "cpu"}}); }, "names 1 device(s) but the pipeline has 2 partitions");
-  expect_usage([] { return small("2", {{"devices", "cpu,cuda:0"}}); }, "cuda:0 is not present");
+  expect_usage([] { return small("2", {{"devices", "cpu,cuda:99"}}); }, "cuda:99 is not present");
   expect_usage([] { return small("2", {{"schedule", "hybrid"}, {"hybrid_switch", "3"}}); }, "the switch must come no later");
   expect_usage([] { return small("2", {{"schedule", "hybrid"}}); }, "schedule hybrid needs hybrid_switch");
   expect_usage([] { return small("2", {{"executor", "mpi"}}); }, "executor 'mpi': expected");
