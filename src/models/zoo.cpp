@@ -62,7 +62,7 @@ std::vector<std::string> model_names() {
 bool has_dropout_placement(const std::string& name) { return name == "alexnet" || name == "vgg16"; }
 
 bool prefers_channels_last(const std::string& name) {
-  return name.rfind(kResNetPrefix, 0) == 0;
+  return name == "lenet5" || name.rfind(kResNetPrefix, 0) == 0;
 }
 
 Model make_model(const std::string& name, const InputShape& input, const ZooOptions& options) {

@@ -406,9 +406,10 @@ TEST(Cli, ResumeWithBothCheckpointsDamagedExitsOneNamingEach) {
 TEST(Cli, ASecondWriterIsRefusedAtOnceEvenBeforeTheFirstCheckpoint) {
   TempDir dir;
   const std::string run = dir.path() + "/run";
-  // One long epoch and no checkpoint before its end: the refusal cannot come from the checkpoint.
-  const auto first_args = std::vector<std::string>{"train", "--data", "synthetic:16384", "--batch-size", "16",
-                                                   "--lr", "0.01", "--epochs", "1", "--pipeline", "2",
+  // One long epoch (ResNet-20: about a minute; LeNet-5's ended before the resume below) and no
+  // checkpoint before its end: the refusal cannot come from the checkpoint.
+  const auto first_args = std::vector<std::string>{"train", "--model", "resnet20", "--data", "synthetic:16384",
+                                                   "--batch-size", "16", "--lr", "0.01", "--epochs", "1", "--pipeline", "3",
                                                    "--threads", "1", "--progress", "none", "--out", run};
   const pid_t first = start_cli(first_args, dir.path() + "/o", dir.path() + "/e");
   for (int i = 0; i < 600 && read_bytes(run + "/lock").empty(); ++i) {

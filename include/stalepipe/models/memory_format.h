@@ -9,7 +9,7 @@
 
 namespace stalepipe::models {
 
-// Makes every 4-D parameter and buffer of `module` (and its children) contiguous in `format`,
+// Gives every 4-D parameter and buffer of `module` (and its children) the strides of `format`,
 // in place (the tensors stay the same objects: an optimizer holding them keeps working).
 void to_memory_format(torch::nn::Module& module, torch::MemoryFormat format);
 
