@@ -23,8 +23,6 @@
 namespace stalepipe::perf {
 namespace {
 
-// Receives every CPU allocation and free of the thread it is installed on (c10's
-// ProfiledCPUMemoryReporter calls it while memoryProfilingEnabled() is true there).
 // The type of reportMemoryUsage's running totals: int64_t in LibTorch 1.13, size_t in 2.x.
 template <typename F>
 struct TotalArgument;
@@ -34,6 +32,8 @@ struct TotalArgument<R (C::*)(void*, Size, Total, Total, c10::Device)> {
 };
 using Total = TotalArgument<decltype(&c10::MemoryReportingInfoBase::reportMemoryUsage)>::type;
 
+// Receives every CPU allocation and free of the thread it is installed on (c10's
+// ProfiledCPUMemoryReporter calls it while memoryProfilingEnabled() is true there).
 class AllocationCounter final : public c10::MemoryReportingInfoBase {
  public:
   void reportMemoryUsage(void* /*ptr*/, int64_t alloc_size, Total /*total_allocated*/,
