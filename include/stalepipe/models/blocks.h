@@ -132,4 +132,10 @@ class BasicBlockImpl : public torch::nn::Cloneable<BasicBlockImpl>, public FlopC
 };
 TORCH_MODULE(BasicBlock);
 
+// BasicBlock's option-A shortcut where it changes the shape: `input` subsampled by `stride`
+// (positions 0, s, 2s, ...) into channels [(planes - C) / 2, ...) of `planes` zero channels.
+// The output and the input's gradient keep the input's memory layout (channels-last stays
+// channels-last). Throws UsageError for planes < C or stride < 1.
+torch::Tensor option_a_shortcut(const torch::Tensor& input, int64_t stride, int64_t planes);
+
 }  // namespace stalepipe::models
