@@ -40,8 +40,8 @@ SP_KERNEL void shifted_sums(const float* __restrict__ x, int64_t rows, int64_t C
   }
 }
 
-// The mean is shift + offset (Mean below): x - shift is exact for values near the mean, so
-// centring loses nothing where the mean is large against the spread.
+// The mean is shift + offset (Moments, below): x - shift is exact for values near the mean,
+// so centring loses nothing where the mean is large against the spread.
 SP_KERNEL void normalise_clamp(const float* __restrict__ x, int64_t rows, int64_t C,
                                const float* __restrict__ shift, const float* __restrict__ offset,
                                const float* __restrict__ scale, const float* __restrict__ bias,
@@ -88,7 +88,9 @@ SP_KERNEL void affine_combination(const float* gz, const float* __restrict__ x, 
                                   const float* __restrict__ b, const float* __restrict__ d,
                                   float* dx) {
   for (int64_t r = 0; r < rows; ++r, gz += C, x += C, dx += C) {
-    for (int64_t c = 0; c < C; ++c) dx[c] = gz[c] * a[c] + ((x[c] - shift[c]) - offset[c]) * b[c] + d[c];
+    for (int64_t c = 0; c < C; ++c) {
+      dx[c] = gz[c] * a[c] + ((x[c] - shift[c]) - offset[c]) * b[c] + d[c];
+    }
   }
 }
 
