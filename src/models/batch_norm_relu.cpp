@@ -109,10 +109,18 @@ void for_each_block(const Matrix& m, const Body& body) {
   for (int64_t b = 0; b < m.blocks(); ++b) body(b * kBlockRows, std::min(m.rows, (b + 1) * kBlockRows), b);
 }
 
-// Column sums of `partial` (one row of `width` floats per block), in block order, in double.
-std::vector<double> add_blocks(const std::vector<float>& partial, int64_t blocks, int64_t width) {
+// Per-channel sums over every row: body(first_row, end_row, block_sums) adds a block's rows
+// into its own 2C floats (two sums per channel), which are then added in block order in
+// double.
+template <typename Body>
+std::vector<double> two_sums_per_channel(const Matrix& m, const Body& body) {
+  const int64_t width = 2 * m.channels;
+  std::vector<float> partial(m.blocks() * width, 0.0f);
+  for_each_block(m, [&](int64_t first, int64_t end, int64_t block) {
+    body(first, end, partial.data() + block * width);
+  });
   std::vector<double> total(width, 0.0);
-  for (int64_t b = 0; b < blocks; ++b) {
+  for (int64_t b = 0; b < m.blocks(); ++b) {
     const float* p = partial.data() + b * width;
     for (int64_t c = 0; c < width; ++c) total[c] += p[c];
   }
@@ -131,12 +139,9 @@ Moments channel_moments(const float* x, const Matrix& m) {
   const int64_t C = m.channels;
   Moments moments{std::vector<float>(x, x + C), std::vector<float>(C), std::vector<double>(C),
                   std::vector<double>(C)};
-  std::vector<float> partial(m.blocks() * 2 * C, 0.0f);
-  for_each_block(m, [&](int64_t first, int64_t end, int64_t block) {
-    float* sum = partial.data() + block * 2 * C;
+  const std::vector<double> total = two_sums_per_channel(m, [&](int64_t first, int64_t end, float* sum) {
     shifted_sums(x + first * C, end - first, C, moments.shift.data(), sum, sum + C);
   });
-  const std::vector<double> total = add_blocks(partial, m.blocks(), 2 * C);
   const double rows = static_cast<double>(m.rows);
   for (int64_t c = 0; c < C; ++c) {
     const double offset = total[c] / rows;
@@ -218,14 +223,11 @@ Gradients fused_backward(const torch::Tensor& dy, const torch::Tensor& x, const 
   const std::vector<float> w = as_floats(weight);
   const float *shift = stats.data_ptr<float>(), *offset = shift + C, *invstd = shift + 2 * C;
   torch::Tensor gz = torch::empty_like(x);
-  std::vector<float> partial(m.blocks() * 2 * C, 0.0f);
-  for_each_block(m, [&](int64_t first, int64_t end, int64_t block) {
+  const std::vector<double> sums = two_sums_per_channel(m, [&](int64_t first, int64_t end, float* sum) {
     const int64_t at = first * C;
-    float* sum = partial.data() + block * 2 * C;
     mask_and_sum(dy.data_ptr<float>() + at, y.data_ptr<float>() + at, x.data_ptr<float>() + at, end - first,
                  C, shift, offset, gz.data_ptr<float>() + at, sum, sum + C);
   });
-  const std::vector<double> sums = add_blocks(partial, m.blocks(), 2 * C);
   const double rows = static_cast<double>(m.rows);
   std::vector<float> a(C), b(C), d(C);
   std::vector<double> grad_weight(C), grad_bias(C);
@@ -291,7 +293,7 @@ double running_stats_momentum(torch::nn::BatchNorm2dImpl& bn) {
 
 }  // namespace
 
-bool runs_fused(const torch::nn::BatchNorm2dImpl& bn, const torch::Tensor& x) {
+bool runs_fused(const torch::nn::BatchNorm2dImpl& bn, const torch::Tensor& x, const torch::Tensor& residual) {
   // One intra-op thread: the loops here run on the calling thread. LibTorch's own kernels
   // share a batch norm among its OpenMP threads, and stalepipe is not built with OpenMP
   // (where LibTorch brings its own copy of the runtime, as the PyTorch wheel does, a second
@@ -299,14 +301,13 @@ bool runs_fused(const torch::nn::BatchNorm2dImpl& bn, const torch::Tensor& x) {
   return at::get_num_threads() == 1 && bn.is_training() && bn.options.affine() &&
          bn.options.track_running_stats() && bn.weight.scalar_type() == torch::kFloat && x.dim() == 4 &&
          x.device().is_cpu() && x.scalar_type() == torch::kFloat &&
-         x.is_contiguous(torch::MemoryFormat::ChannelsLast) && x.numel() / x.size(1) > 1;
+         x.is_contiguous(torch::MemoryFormat::ChannelsLast) && x.numel() / x.size(1) > 1 &&
+         (!residual.defined() || (residual.device().is_cpu() && residual.scalar_type() == torch::kFloat));
 }
 
 torch::Tensor batch_norm_relu(torch::nn::BatchNorm2dImpl& bn, const torch::Tensor& x,
                               const torch::Tensor& residual) {
-  const bool residual_fits = !residual.defined() || (residual.device().is_cpu() &&
-                                                     residual.scalar_type() == torch::kFloat);
-  if (!runs_fused(bn, x) || !residual_fits) return separate_operations(bn, x, residual);
+  if (!runs_fused(bn, x, residual)) return separate_operations(bn, x, residual);
   SP_CHECK_ARG(x.size(1) == bn.options.num_features(), "batch_norm_relu: input has ", x.size(1),
                " channels, batch norm ", bn.options.num_features());
   SP_CHECK_ARG(!residual.defined() || residual.sizes() == x.sizes(), "batch_norm_relu: residual of shape ",

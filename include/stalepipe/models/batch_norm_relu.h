@@ -20,7 +20,9 @@ namespace stalepipe::models {
 torch::Tensor batch_norm_relu(torch::nn::BatchNorm2dImpl& bn, const torch::Tensor& x,
                               const torch::Tensor& residual = {});
 
-// Whether batch_norm_relu(bn, x, ...) takes the fused path.
-bool runs_fused(const torch::nn::BatchNorm2dImpl& bn, const torch::Tensor& x);
+// Whether batch_norm_relu(bn, x, residual) takes the fused path (a residual, where given,
+// must be a float CPU tensor too).
+bool runs_fused(const torch::nn::BatchNorm2dImpl& bn, const torch::Tensor& x,
+                const torch::Tensor& residual = {});
 
 }  // namespace stalepipe::models

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include "stalepipe/common/error.h"
 #include "stalepipe/models/batch_norm_relu.h"
 
 namespace stalepipe::models {
@@ -104,6 +105,7 @@ TEST(BatchNormRelu, RunsFusedOnlyInTrainingOnOneThreadOnChannelsLastFloat) {
   EXPECT_FALSE(runs_fused(*bn, x.contiguous()));                  // NCHW
   EXPECT_FALSE(runs_fused(*bn, x.to(torch::kDouble)));            // not float
   EXPECT_FALSE(runs_fused(*bn, torch::randn({1, 4, 1, 1})));      // one value per channel
+  EXPECT_FALSE(runs_fused(*bn, x, x.to(torch::kDouble)));         // a double residual
   at::set_num_threads(2);
   EXPECT_FALSE(runs_fused(*bn, x));                               // LibTorch's threads do it
   at::set_num_threads(1);
@@ -118,7 +120,19 @@ TEST(BatchNormRelu, ARefusedShapeIsAUsageError) {
   at::set_num_threads(1);
   torch::nn::BatchNorm2d bn(4);
   const torch::Tensor x = torch::randn({2, 4, 3, 3}).contiguous(kChannelsLast);
-  EXPECT_THROW(batch_norm_relu(*bn, x, torch::randn({2, 4, 2, 2})), std::invalid_argument);
+  try {
+    batch_norm_relu(*bn, x, torch::randn({2, 4, 2, 2}));
+    ADD_FAILURE() << "no error for a residual of another shape";
+  } catch (const UsageError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "batch_norm_relu: residual of shape [2, 4, 2, 2] for an input of shape [2, 4, 3, 3]");
+  }
+  try {
+    batch_norm_relu(*bn, torch::randn({2, 3, 3, 3}).contiguous(kChannelsLast));
+    ADD_FAILURE() << "no error for an input of 3 channels";
+  } catch (const UsageError& e) {
+    EXPECT_EQ(std::string(e.what()), "batch_norm_relu: input has 3 channels, batch norm 4");
+  }
 }
 
 }  // namespace

@@ -49,7 +49,14 @@ TEST(OptionAShortcut, SubsamplesPadsAndReturnsTheGradientInTheInputsLayout) {
 }
 
 TEST(OptionAShortcut, FewerPlanesThanChannelsIsAUsageError) {
-  EXPECT_THROW(option_a_shortcut(torch::zeros({1, 4, 4, 4}), 2, 3), UsageError);
+  try {
+    option_a_shortcut(torch::zeros({1, 4, 4, 4}), 2, 3);
+    ADD_FAILURE() << "no error for 3 planes from 4 channels";
+  } catch (const UsageError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "option-A shortcut: needs a 4-D input, planes >= its channels and stride >= 1, got [1, 4, 4, 4], "
+              "planes 3, stride 2");
+  }
 }
 
 }  // namespace
