@@ -32,6 +32,7 @@ Command add_sweep(CLI::App& app) {
       options.seeds = *seeds;
       options.names = *names;
       options.stop = install_stop_handlers();
+      options.suspended_ns = install_suspend_handler();
       const int trained = study::run_sweep(experiment, options);
       std::fprintf(stderr, "sweep: %d run(s) trained or resumed\n", trained);
       if (*options.stop) {

@@ -37,6 +37,7 @@ Command add_train(CLI::App& app) {
     check_export(*export_file, *o, *resume);
     train::TrainHooks hooks;
     hooks.stop = install_stop_handlers();
+    hooks.suspended_ns = install_suspend_handler();
     if (!export_file->empty()) {
       hooks.on_trained = [export_file](const PipelineTrainer& t) {
         models::save_torchscript(t.model(), *export_file);

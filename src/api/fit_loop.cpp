@@ -17,6 +17,8 @@ double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
+int64_t suspended_ns(const FitHooks& hooks) { return hooks.suspended_ns ? hooks.suspended_ns->load() : 0; }
+
 // The first multiple of `every` after `step`; kNever without one.
 int64_t next_multiple(int64_t step, int64_t every) { return every > 0 ? (step / every + 1) * every : kNever; }
 
@@ -62,6 +64,7 @@ PipelineTrainer::Segment PipelineTrainer::run_fit_segment(BatchSource& source, i
   context.stop = hooks.stop;
   context.on_op = hooks.on_op;
   const int64_t first = next_step_;
+  const int64_t suspended_before = suspended_ns(hooks);
   const auto start = Clock::now();
   exec::SegmentResult result;
   try {
@@ -69,7 +72,8 @@ PipelineTrainer::Segment PipelineTrainer::run_fit_segment(BatchSource& source, i
   } catch (const DivergedError&) {
     throw DivergedError(divergence_message(next_loss, "training loss is not finite"));
   }
-  const double seconds = seconds_since(start);
+  const double suspended = 1e-9 * static_cast<double>(suspended_ns(hooks) - suspended_before);
+  const double seconds = std::max(0.0, seconds_since(start) - suspended);
   totals_.seconds += seconds;
   wall_seconds_ += seconds;
   next_step_ = returned_ = result.end_step;

@@ -143,6 +143,7 @@ int run_sweep(const Experiment& experiment, const SweepOptions& options) {
     o.run().progress(options.progress);
     train::TrainHooks hooks;
     hooks.stop = options.stop;
+    hooks.suspended_ns = options.suspended_ns;
     try {
       if (state == RunState::kInterrupted) {
         train::resume(o.run().out(), hooks);

@@ -223,6 +223,7 @@ TrainResult run_training(Run& run, bool resumed, const TrainHooks& hooks) {
   sim::TraceRecorder trace;
   FitHooks fit;
   fit.stop = hooks.stop;
+  fit.suspended_ns = hooks.suspended_ns;
   fit.on_warning = log;
   const auto started = std::chrono::steady_clock::now();
   int64_t samples = 0;

@@ -336,6 +336,33 @@ void write_bytes(const std::string& path, const std::string& bytes) {
   std::ofstream(path, std::ios::binary) << bytes;
 }
 
+// Ctrl-Z / SIGTSTP stops the run until SIGCONT, and the time stopped is not training time.
+// The signal follows the first epoch's checkpoint, so it falls in the second epoch, whose
+// training time must stay below the pause.
+TEST(Cli, TimeStoppedBySigtstpIsNotTrainingTime) {
+  TempDir dir;
+  const pid_t pid = start_cli({"train", "--data", "synthetic:2048", "--batch-size", "16", "--epochs", "2",
+                               "--pipeline", "2", "--threads", "2", "--progress", "none", "--out", dir.path()},
+                              dir.path() + "/o", dir.path() + "/e");
+  wait_for_checkpoint(dir.path());
+  kill(pid, SIGTSTP);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, WUNTRACED), pid);
+  ASSERT_TRUE(WIFSTOPPED(status)) << "the run ended before it was stopped";
+  constexpr double kPauseSeconds = 4.0;
+  std::this_thread::sleep_for(std::chrono::duration<double>(kPauseSeconds));
+  kill(pid, SIGCONT);
+  ASSERT_EQ(wait_cli(pid), 0) << read_bytes(dir.path() + "/e");
+  std::vector<double> trained;  // training seconds at each epoch's end
+  std::ifstream metrics(dir.path() + "/metrics.jsonl");
+  for (std::string line; std::getline(metrics, line);) {
+    const auto j = nlohmann::json::parse(line);
+    if (j["type"] == "epoch") trained.push_back(j["wall_seconds"].get<double>());
+  }
+  ASSERT_EQ(trained.size(), 2u);
+  EXPECT_LT(trained[1] - trained[0], kPauseSeconds);
+}
+
 // kSmallRun stopped at step 20: its checkpoints are step 20 (newest) and step 16 (previous).
 void stopped_at_20(const std::string& dir) {
   const auto r = run_cli(with(kSmallRun, {"--out", dir, "--stop-at-step", "20"}));

@@ -150,6 +150,11 @@ struct FitHooks {
   std::function<void(const std::string&)> on_warning;
   // Set to true (e.g. from a SIGINT handler) to drain, call on_checkpoint and return.
   const std::atomic<bool>* stop = nullptr;
+  // Nanoseconds the process has spent suspended so far (e.g. counted by a SIGTSTP handler
+  // that stops the process). What accrues during a segment is not training time: the loop
+  // takes it off the segment's seconds, so a run paused while something else is timed keeps
+  // its time to accuracy.
+  const std::atomic<int64_t>* suspended_ns = nullptr;
   // Tracing: every op of every segment (exec::SegmentContext::on_op).
   std::function<void(int worker, const schedule::Op& op, double start, double end)> on_op;
 };

@@ -25,6 +25,7 @@
 #pragma once
 
 #include <atomic>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -74,6 +75,8 @@ struct SweepOptions {
   // Set to true (e.g. from a SIGINT handler) to stop: the run in progress drains and
   // checkpoints (train::TrainHooks::stop), and no further run starts.
   const std::atomic<bool>* stop = nullptr;
+  // Time suspended so far, not training time (train::TrainHooks::suspended_ns).
+  const std::atomic<int64_t>* suspended_ns = nullptr;
 };
 
 // Runs what is missing or interrupted (in file order), then writes the tables and plots.

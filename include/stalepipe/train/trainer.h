@@ -49,6 +49,8 @@ struct TrainResult {
 struct TrainHooks {
   // Set to true (e.g. from a SIGINT handler) to drain, checkpoint and return.
   const std::atomic<bool>* stop = nullptr;
+  // Time suspended so far, not training time (api::FitHooks::suspended_ns).
+  const std::atomic<int64_t>* suspended_ns = nullptr;
   std::function<void(const std::string&)> log;  // one human-readable line; default: stderr
   // Called after each checkpoint is safely on disk, with the step it resumes at.
   std::function<void(int64_t step)> on_checkpoint;

@@ -1,5 +1,9 @@
 // The public API: a user's module list pipelined with PipelineTrainer equals the CLI's run of
 // the zoo model; the step interface equals a segment run; misuse gives clear errors.
+#include <atomic>
+#include <chrono>
+#include <thread>
+
 #include <gtest/gtest.h>
 #include <torch/data/dataloader.h>
 #include <torch/data/example.h>
@@ -205,6 +209,30 @@ TEST(PipelineTrainer, FlushMidwayDrainsLikeTwoSegments) {
   }
   EXPECT_EQ(stepped.finish().size(), 1u);
   expect_same(stepped.parameters(), reference.parameters());
+}
+
+// A pause (SIGTSTP in the CLI: FitHooks::suspended_ns) is not training time. The pause here
+// is a 0.5 s sleep in the step hook, which four LeNet-5 steps of 8 samples do not approach.
+TEST(PipelineTrainer, TimeSuspendedIsNotTrainingTime) {
+  std::vector<torch::data::Example<>> batches;
+  for (const auto& b : synthetic_batches(4)) batches.push_back({b.x, b.target});
+  constexpr int64_t kPauseNs = 500'000'000;
+  auto training_seconds = [&](bool counted) {
+    std::atomic<int64_t> suspended{0};
+    FitHooks hooks;
+    hooks.suspended_ns = &suspended;
+    hooks.on_step = [&](const StepLoss& s) {
+      if (s.step != 1) return;
+      std::this_thread::sleep_for(std::chrono::nanoseconds(kPauseNs));
+      if (counted) suspended += kPauseNs;
+    };
+    PipelineTrainer trainer(user_lenet5(5), Flat().ppv({2}).executor("threads").threads_per_worker(1));
+    return trainer.fit(batches, 1, hooks).back().wall_seconds;
+  };
+  EXPECT_GE(training_seconds(false), 0.5);
+  const double counted = training_seconds(true);
+  EXPECT_LT(counted, 0.5);
+  EXPECT_GT(counted, 0.0);
 }
 
 TEST(PipelineTrainer, SaveAndLoadRestoreWeightsAndStep) {
