@@ -5,27 +5,23 @@
 
 #include "stalepipe/api/options_json.h"
 #include "stalepipe/common/error.h"
+#include "support/error_of.h"
 
 namespace stalepipe {
 namespace {
 
-std::string error_of(const nlohmann::json& j) {
-  try {
-    options_from_json(j, "run/config.json");
-  } catch (const RuntimeError& e) {
-    return e.what();
-  }
-  return "";
+std::string config_error_of(const nlohmann::json& j) {
+  return test::error_of<RuntimeError>([&] { options_from_json(j, "run/config.json"); });
 }
 
 TEST(OptionsJson, NumbersAFieldCannotHoldAreRefusedNamingTheFile) {
   for (const auto& [key, value] : std::vector<std::pair<std::string, nlohmann::json>>{
            {"batch_size", 1e300}, {"batch_size", 2.5}, {"seed", -1}, {"threads", 4294967296LL},
            {"eval_every", "many"}}) {
-    const std::string message = error_of({{"model", "lenet5"}, {key, value}});
+    const std::string message = config_error_of({{"model", "lenet5"}, {key, value}});
     EXPECT_EQ(message.rfind("run/config.json: not a valid stalepipe config: ", 0), 0u) << key << ": " << message;
   }
-  EXPECT_NE(error_of({{"batch_size", 1e300}}).find("expected an integer from"), std::string::npos);
+  EXPECT_NE(config_error_of({{"batch_size", 1e300}}).find("expected an integer from"), std::string::npos);
   // Whole numbers in range still read, as before.
   EXPECT_EQ(options_from_json({{"batch_size", 64}, {"seed", 18446744073709551615ULL}}, "ok").data().batch_size(), 64);
 }

@@ -18,12 +18,14 @@
 #include "stalepipe/api/options_json.h"
 #include "stalepipe/optim/lr_schedule.h"
 #include "stalepipe/train/trainer.h"
+#include "support/error_of.h"
 #include "support/temp_dir.h"
 
 namespace stalepipe {
 namespace {
 
 namespace nn = torch::nn;
+using test::error_of;
 
 // Options for these tests in one expression: a constant learning rate (the loops here feed
 // no epoch length) and the settings each test names.
@@ -64,16 +66,6 @@ models::Model user_lenet5(uint64_t seed, bool conv2_cut = true) {
       .add("fc2", nn::Sequential(nn::Linear(120, 84), nn::ReLU()))
       .add("fc3", nn::Linear(84, 10))
       .build();
-}
-
-template <typename Fn>
-std::string usage_error_of(Fn fn) {
-  try {
-    fn();
-  } catch (const UsageError& e) {
-    return e.what();
-  }
-  return "(no UsageError)";
 }
 
 void expect_same(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {
@@ -240,7 +232,7 @@ TEST(PipelineTrainer, SaveAndLoadRestoreWeightsAndStep) {
   const auto batches = synthetic_batches(5);
   PipelineTrainer a(user_lenet5(6), Flat().ppv({2}).threads_per_worker(1));
   for (const auto& b : batches) a.feed(b.x, b.target);
-  EXPECT_NE(usage_error_of([&] { a.save(dir.path()); }).find("call flush() first"), std::string::npos);
+  EXPECT_NE(error_of<UsageError>([&] { a.save(dir.path()); }).find("call flush() first"), std::string::npos);
   a.flush();
   a.save(dir.path());
   PipelineTrainer b(user_lenet5(7), Flat().ppv({2}).threads_per_worker(1));
@@ -257,16 +249,16 @@ TEST(PipelineTrainer, SaveAndLoadRestoreWeightsAndStep) {
 
 TEST(PipelineTrainer, MisuseGivesClearErrors) {
   // A register where the model allows none.
-  EXPECT_NE(usage_error_of([] { PipelineTrainer(user_lenet5(1, /*conv2_cut=*/false), Flat().ppv({2})); })
+  EXPECT_NE(error_of<UsageError>([] { PipelineTrainer(user_lenet5(1, /*conv2_cut=*/false), Flat().ppv({2})); })
                 .find("PipelineOptions::ppv 2: model user-lenet5: no register may follow layer 2 "
                       "(unit 2 (conv2) does not allow a register after it); a register may follow "
                       "layer 1, 3, 4"),
             std::string::npos);
-  EXPECT_NE(usage_error_of([] { PipelineTrainer(user_lenet5(1), Flat().ppv({5})); })
+  EXPECT_NE(error_of<UsageError>([] { PipelineTrainer(user_lenet5(1), Flat().ppv({5})); })
                 .find("has 5 weight layers; a register may follow layer 1, 2, 3, 4"),
             std::string::npos);
   // A unit whose input does not fit the previous unit's output.
-  EXPECT_NE(usage_error_of([] {
+  EXPECT_NE(error_of<UsageError>([] {
               models::ModelBuilder("bad", {1, 32, 32, 10})
                   .add("conv1", nn::Sequential(nn::Conv2d(nn::Conv2dOptions(1, 6, 5)), nn::MaxPool2d(2)))
                   .add("conv2", nn::Sequential(nn::Conv2d(nn::Conv2dOptions(6, 16, 5)), nn::MaxPool2d(2)))
@@ -274,39 +266,39 @@ TEST(PipelineTrainer, MisuseGivesClearErrors) {
                   .build();
             }).find("model bad: unit 3 (fc1) cannot take the output of unit 2 (conv2), [2, 16, 5, 5]: "),
             std::string::npos);
-  EXPECT_NE(usage_error_of([] {
+  EXPECT_NE(error_of<UsageError>([] {
               models::ModelBuilder("bad", {3, 32, 32, 10}).add("conv1", nn::Conv2d(1, 6, 5)).build();
             }).find("unit 1 (conv1) cannot take the model input [2, 3, 32, 32]"),
             std::string::npos);
-  EXPECT_NE(usage_error_of([] {
+  EXPECT_NE(error_of<UsageError>([] {
               models::ModelBuilder("bad", {1, 4, 4, 10}).add("fc", nn::Sequential(nn::Flatten(), nn::Linear(16, 3))).build();
             }).find("the last unit (fc) produces [2, 3]"),
             std::string::npos);
-  EXPECT_NE(usage_error_of([] { models::ModelBuilder().add("a.b", nn::Linear(1, 1)); }).find("without '.'"),
+  EXPECT_NE(error_of<UsageError>([] { models::ModelBuilder().add("a.b", nn::Linear(1, 1)); }).find("without '.'"),
             std::string::npos);
   // A step fed after shutdown.
   PipelineTrainer trainer(user_lenet5(1), Flat().ppv({2}).threads_per_worker(1));
   const auto b = synthetic_batches(1)[0];
   trainer.feed(b.x, b.target);
   std::vector<torch::data::Example<>> test_set{{b.x, b.target}};
-  EXPECT_NE(usage_error_of([&] { trainer.evaluate(test_set); })
+  EXPECT_NE(error_of<UsageError>([&] { trainer.evaluate(test_set); })
                 .find("evaluate: 1 mini-batch(es) are in the pipeline; call flush() first"),
             std::string::npos);
   EXPECT_EQ(trainer.finish().size(), 1u);
-  EXPECT_NE(usage_error_of([&] { trainer.feed(b.x, b.target); }).find("feed: the trainer was finished"),
+  EXPECT_NE(error_of<UsageError>([&] { trainer.feed(b.x, b.target); }).find("feed: the trainer was finished"),
             std::string::npos);
   // An executor asked for an absent device.
-  EXPECT_NE(usage_error_of([] {
+  EXPECT_NE(error_of<UsageError>([] {
               PipelineTrainer(user_lenet5(1), Flat().ppv({2}).devices({torch::kCPU, torch::Device("cuda:99")}));
             }).find("PipelineOptions::devices: cuda:99 is not present; this machine has "),
             std::string::npos);
-  EXPECT_NE(usage_error_of([] { PipelineTrainer(user_lenet5(1), Flat().ppv({2}).devices({torch::kCPU})); })
+  EXPECT_NE(error_of<UsageError>([] { PipelineTrainer(user_lenet5(1), Flat().ppv({2}).devices({torch::kCPU})); })
                 .find("names 1 device(s) but the pipeline has 2 partitions"),
             std::string::npos);
-  EXPECT_NE(usage_error_of([] { PipelineTrainer(user_lenet5(1), Flat().schedule("hybrid")); })
+  EXPECT_NE(error_of<UsageError>([] { PipelineTrainer(user_lenet5(1), Flat().schedule("hybrid")); })
                 .find("hybrid needs hybrid_switch"),
             std::string::npos);
-  EXPECT_NE(usage_error_of([] { PipelineTrainer(user_lenet5(1), Flat().executor("gpu")); })
+  EXPECT_NE(error_of<UsageError>([] { PipelineTrainer(user_lenet5(1), Flat().executor("gpu")); })
                 .find("PipelineOptions::executor 'gpu'"),
             std::string::npos);
 }
@@ -321,10 +313,10 @@ TEST(PipelineTrainer, OtherSchedulesAndMitigationsThroughTheApi) {
   PipelineTrainer mitigated(user_lenet5(1), Flat().ppv({1, 3}).weight_prediction(true).spike_compensation(true)
                                                 .delay_aware_lr(true));
   EXPECT_TRUE(mitigated.pipeline().stage(0).optimizer().options().weight_prediction());
-  EXPECT_NE(usage_error_of([] { PipelineTrainer(user_lenet5(1), Flat().ppv({2}).micro_batches(2)); })
+  EXPECT_NE(error_of<UsageError>([] { PipelineTrainer(user_lenet5(1), Flat().ppv({2}).micro_batches(2)); })
                 .find("PipelineOptions::micro_batches 2 applies to schedule gpipe only"),
             std::string::npos);
-  EXPECT_NE(usage_error_of([] { PipelineTrainer(user_lenet5(1), Flat().schedule("pipedream")); })
+  EXPECT_NE(error_of<UsageError>([] { PipelineTrainer(user_lenet5(1), Flat().schedule("pipedream")); })
                 .find("PipelineOptions::schedule 'pipedream': expected stale, sequential, hybrid, gpipe or 1f1b-stash"),
             std::string::npos);
 }
@@ -372,7 +364,8 @@ TEST(PipelineTrainer, BalancedPartitionsAndHybridSwitch) {
   PipelineTrainer reference(user_lenet5(8), options);
   exec::SegmentContext context;
   context.input = [&](int64_t t) { return batches[t]; };
-  EXPECT_NE(usage_error_of([&] { reference.run_segment(2, 6, context); }).find("straddles the hybrid switch at step 4"),
+  EXPECT_NE(error_of<UsageError>([&] { reference.run_segment(2, 6, context); })
+            .find("straddles the hybrid switch at step 4"),
             std::string::npos);
   reference.run_segment(0, 4, context);
   reference.run_segment(4, 8, context);
@@ -449,7 +442,7 @@ TEST(PipelineTrainer, HybridNormResetRestoresConvNormsAtTheSwitch) {
   EXPECT_GT(std::abs(stale[0] - initial[0]), 1e-3);  // the stale phase moved them
   const auto [initial_plain, stale_plain, after_plain] = train(false);
   EXPECT_NEAR(after_plain[0], stale_plain[0], 1e-6);  // without the flag, nothing restores them
-  EXPECT_NE(usage_error_of([] { PipelineTrainer(models::make_model("resnet20", models::InputShape{}),
+  EXPECT_NE(error_of<UsageError>([] { PipelineTrainer(models::make_model("resnet20", models::InputShape{}),
                                                 Flat().ppv({7}).hybrid_norm_reset(true)); })
                 .find("PipelineOptions::hybrid_norm_reset needs schedule hybrid"),
             std::string::npos);

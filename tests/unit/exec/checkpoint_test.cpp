@@ -12,11 +12,13 @@
 #include "stalepipe/exec/pipeline.h"
 #include "stalepipe/models/zoo.h"
 #include "stalepipe/partition/plan.h"
+#include "support/error_of.h"
 #include "support/temp_dir.h"
 
 namespace stalepipe::exec {
 namespace {
 namespace fs = std::filesystem;
+using test::error_of;
 
 // lenet5 cut after layer 2: two partitions, initialised from `seed`.
 struct TwoPartitions {
@@ -41,15 +43,6 @@ CheckpointInfo at_step(int64_t step) {
   info.ppv = "2";
   info.config_hash = "abc";
   return info;
-}
-
-std::string message_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const RuntimeError& e) {
-    return e.what();
-  }
-  return "(no RuntimeError)";
 }
 
 void overwrite(const std::string& path, const std::string& bytes) { std::ofstream(path, std::ios::binary) << bytes; }
@@ -99,9 +92,12 @@ TEST(Checkpoint, DamagedShardsAreNamedBeforeTheyAreDeserialized) {
   const std::string shard = dir.path() + "/checkpoint/step-4/part-2.pt";
   const std::string bytes = read_file(shard);
   const std::string size = std::to_string(bytes.size());
+  auto load_error = [&] {
+    return error_of<RuntimeError>([&] { load_checkpoint(dir.path(), loaded.pipeline.stages()); });
+  };
 
   overwrite(shard, bytes.substr(0, bytes.size() / 2));
-  const std::string truncated = message_of([&] { load_checkpoint(dir.path(), loaded.pipeline.stages()); });
+  const std::string truncated = load_error();
   EXPECT_NE(truncated.find(shard + ": truncated or grown: " + std::to_string(bytes.size() / 2) +
                            " bytes, the manifest " + dir.path() + "/checkpoint/manifest.json records " + size),
             std::string::npos) << truncated;
@@ -109,16 +105,14 @@ TEST(Checkpoint, DamagedShardsAreNamedBeforeTheyAreDeserialized) {
   std::string flipped = bytes;
   flipped[bytes.size() / 2] ^= 0x10;
   overwrite(shard, flipped);
-  const std::string damaged = message_of([&] { load_checkpoint(dir.path(), loaded.pipeline.stages()); });
+  const std::string damaged = load_error();
   EXPECT_NE(damaged.find(shard + ": damaged: CRC-32 " + std::to_string(crc32_of(flipped)) + ", the manifest"),
             std::string::npos) << damaged;
 
   fs::remove(shard);
-  EXPECT_NE(message_of([&] { load_checkpoint(dir.path(), loaded.pipeline.stages()); }).find(shard + ": missing"),
-            std::string::npos);
+  EXPECT_NE(load_error().find(shard + ": missing"), std::string::npos);
   fs::create_directory(shard);
-  EXPECT_NE(message_of([&] { load_checkpoint(dir.path(), loaded.pipeline.stages()); }).find(shard + ": not a file"),
-            std::string::npos);
+  EXPECT_NE(load_error().find(shard + ": not a file"), std::string::npos);
   fs::remove(shard);
 
   overwrite(shard, bytes);  // whole again: loads, and the weights are the saved ones
@@ -133,7 +127,7 @@ TEST(Checkpoint, CorruptManifestsAreNamedWithTheirFault) {
   save_checkpoint(dir.path(), p.pipeline.stages(), at_step(4));
   const std::string path = dir.path() + "/checkpoint/manifest.json";
   const auto good = nlohmann::json::parse(read_file(path));
-  auto read = [&] { return message_of([&] { read_checkpoint_manifest(path); }); };
+  auto read = [&] { return error_of<RuntimeError>([&] { read_checkpoint_manifest(path); }); };
 
   overwrite(path, good.dump().substr(0, 40));
   EXPECT_NE(read().find(path + ": corrupt checkpoint manifest: not valid JSON"), std::string::npos) << read();
@@ -200,12 +194,13 @@ TEST(Checkpoint, InfoComesFromTheNewestReadableManifest) {
   overwrite(c + "manifest.json", "{");
   EXPECT_EQ(read_checkpoint_info(dir.path()).step, 3);
   overwrite(c + "previous.json", "");
-  const std::string none = message_of([&] { read_checkpoint_info(dir.path()); });
+  const std::string none = error_of<RuntimeError>([&] { read_checkpoint_info(dir.path()); });
   EXPECT_NE(none.find(c + "manifest.json: corrupt"), std::string::npos) << none;
   EXPECT_NE(none.find(c + "previous.json: corrupt"), std::string::npos) << none;
   fs::remove_all(c);
   EXPECT_FALSE(has_checkpoint(dir.path()));
-  EXPECT_NE(message_of([&] { read_checkpoint_info(dir.path()); }).find("no checkpoint manifest"), std::string::npos);
+  EXPECT_NE(error_of<RuntimeError>([&] { read_checkpoint_info(dir.path()); })
+            .find("no checkpoint manifest"), std::string::npos);
 }
 
 }  // namespace

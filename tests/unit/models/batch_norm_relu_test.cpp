@@ -7,9 +7,12 @@
 
 #include "stalepipe/common/error.h"
 #include "stalepipe/models/batch_norm_relu.h"
+#include "support/error_of.h"
 
 namespace stalepipe::models {
 namespace {
+
+using test::error_of;
 
 constexpr auto kChannelsLast = torch::MemoryFormat::ChannelsLast;
 
@@ -120,19 +123,10 @@ TEST(BatchNormRelu, ARefusedShapeIsAUsageError) {
   at::set_num_threads(1);
   torch::nn::BatchNorm2d bn(4);
   const torch::Tensor x = torch::randn({2, 4, 3, 3}).contiguous(kChannelsLast);
-  try {
-    batch_norm_relu(*bn, x, torch::randn({2, 4, 2, 2}));
-    ADD_FAILURE() << "no error for a residual of another shape";
-  } catch (const UsageError& e) {
-    EXPECT_EQ(std::string(e.what()),
-              "batch_norm_relu: residual of shape [2, 4, 2, 2] for an input of shape [2, 4, 3, 3]");
-  }
-  try {
-    batch_norm_relu(*bn, torch::randn({2, 3, 3, 3}).contiguous(kChannelsLast));
-    ADD_FAILURE() << "no error for an input of 3 channels";
-  } catch (const UsageError& e) {
-    EXPECT_EQ(std::string(e.what()), "batch_norm_relu: input has 3 channels, batch norm 4");
-  }
+  EXPECT_EQ(error_of<UsageError>([&] { batch_norm_relu(*bn, x, torch::randn({2, 4, 2, 2})); }),
+            "batch_norm_relu: residual of shape [2, 4, 2, 2] for an input of shape [2, 4, 3, 3]");
+  EXPECT_EQ(error_of<UsageError>([&] { batch_norm_relu(*bn, torch::randn({2, 3, 3, 3}).contiguous(kChannelsLast)); }),
+            "batch_norm_relu: input has 3 channels, batch norm 4");
 }
 
 }  // namespace

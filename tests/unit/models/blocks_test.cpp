@@ -6,10 +6,12 @@
 
 #include "stalepipe/common/error.h"
 #include "stalepipe/models/blocks.h"
+#include "support/error_of.h"
 
 namespace stalepipe::models {
 namespace {
 
+using test::error_of;
 using torch::indexing::None;
 using torch::indexing::Slice;
 constexpr auto kChannelsLast = torch::MemoryFormat::ChannelsLast;
@@ -49,14 +51,9 @@ TEST(OptionAShortcut, SubsamplesPadsAndReturnsTheGradientInTheInputsLayout) {
 }
 
 TEST(OptionAShortcut, FewerPlanesThanChannelsIsAUsageError) {
-  try {
-    option_a_shortcut(torch::zeros({1, 4, 4, 4}), 2, 3);
-    ADD_FAILURE() << "no error for 3 planes from 4 channels";
-  } catch (const UsageError& e) {
-    EXPECT_EQ(std::string(e.what()),
-              "option-A shortcut: needs a 4-D input, planes >= its channels and stride >= 1, got [1, 4, 4, 4], "
-              "planes 3, stride 2");
-  }
+  EXPECT_EQ(error_of<UsageError>([] { option_a_shortcut(torch::zeros({1, 4, 4, 4}), 2, 3); }),
+            "option-A shortcut: needs a 4-D input, planes >= its channels and stride >= 1, got [1, 4, 4, 4], "
+            "planes 3, stride 2");
 }
 
 }  // namespace

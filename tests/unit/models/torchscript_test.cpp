@@ -9,12 +9,14 @@
 #include "stalepipe/api/pipeline_trainer.h"
 #include "stalepipe/models/layer_table.h"
 #include "stalepipe/models/torchscript.h"
+#include "support/error_of.h"
 #include "support/script_modules.h"
 #include "support/temp_dir.h"
 
 namespace stalepipe {
 namespace {
 
+using test::error_of;
 using test::script_conv2d;
 using test::script_flatten;
 using test::script_linear;
@@ -27,16 +29,6 @@ const models::InputShape kInput{1, 8, 8, 3};
 std::string small_cnn_file(const test::TempDir& dir, uint64_t seed = 3) {
   torch::manual_seed(seed);
   return test::save_script(test::script_small_cnn(), dir.file("cnn.pt"));
-}
-
-template <typename Error, typename Fn>
-std::string error_of(Fn fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no such error)";
 }
 
 Options two_partitions(const std::string& executor) {
