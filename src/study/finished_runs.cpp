@@ -56,12 +56,13 @@ std::vector<Finished> read_finished(const Experiment& experiment) {
   for (const auto& run : experiment.runs) {
     const fs::path dir = run.options.run().out();
     if (fs::exists(dir / "diverged.json") && !fs::exists(dir / "summary.json")) {
-      done.push_back(Finished{&run, nlohmann::json(), {}, {}});
+      done.push_back(Finished{&run, nlohmann::json(), {}, {}, {}});
       continue;
     }
     if (!fs::exists(dir / "summary.json")) continue;
-    Finished f{&run, read_json_file((dir / "summary.json").string()), {}, {}};
+    Finished f{&run, read_json_file((dir / "summary.json").string()), {}, {}, {}};
     read_metrics(dir / "metrics.jsonl", f);
+    f.machines = f.summary.value("machines", std::vector<std::string>{});
     done.push_back(std::move(f));
   }
   return done;

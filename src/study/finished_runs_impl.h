@@ -25,6 +25,8 @@ struct Finished {
   nlohmann::json summary;  // null for a diverged run
   std::vector<double> test_accuracy_per_epoch;
   std::vector<Evaluation> evaluations;  // every evaluation with an accuracy, in step order
+  // summary.json's "machines"; empty for a diverged run and for runs from before the field.
+  std::vector<std::string> machines;
   bool diverged() const { return summary.is_null(); }
 };
 

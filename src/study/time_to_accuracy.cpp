@@ -1,6 +1,8 @@
 #include "time_to_accuracy_impl.h"
 
 #include <algorithm>
+#include <cmath>
+#include <map>
 #include <optional>
 #include <sstream>
 
@@ -19,29 +21,60 @@ std::vector<double> targets_of(ByName& g) {
   return {};
 }
 
-// Training seconds to `target` of each seed of `name` that reached it, and the seeds counted.
+// Training seconds until `f` reached `target`; nullopt if it did not (or diverged).
+std::optional<double> time_of(const Finished& f, double target) {
+  if (f.diverged()) return std::nullopt;
+  for (const auto& t : f.summary.value("time_to_target", nlohmann::json::array())) {
+    if (t.at("target").get<double>() == target && t.at("reached").get<bool>()) {
+      return t.at("wall_seconds").get<double>();
+    }
+  }
+  return std::nullopt;
+}
+
+bool has_target(const Finished& f, double target) {
+  for (const auto& t : f.summary.value("time_to_target", nlohmann::json::array())) {
+    if (t.at("target").get<double>() == target) return true;
+  }
+  return false;
+}
+
+// Training seconds to `target` of each seed of `name` that reached it, and the seeds counted
+// (those with the target, and the diverged: a diverged seed never reaches it).
 std::pair<std::vector<double>, size_t> times_to(ByName& g, const std::string& name, double target) {
   std::vector<double> times;
   size_t seeds = 0;
   for (const Finished* f : g.runs[name]) {
-    if (f->diverged()) {
-      ++seeds;  // a diverged seed never reaches it
-      continue;
-    }
-    for (const auto& t : f->summary.value("time_to_target", nlohmann::json::array())) {
-      if (t.at("target").get<double>() != target) continue;
-      ++seeds;
-      if (t.at("reached").get<bool>()) times.push_back(t.at("wall_seconds").get<double>());
-    }
+    if (!f->diverged() && !has_target(*f, target)) continue;
+    ++seeds;
+    if (const auto time = time_of(*f, target)) times.push_back(*time);
   }
   return {times, seeds};
 }
 
-// Mean time when every seed reached the target; nullopt otherwise.
-std::optional<double> mean_time(ByName& g, const std::string& name, double target) {
-  const auto [times, seeds] = times_to(g, name, target);
-  if (seeds == 0 || times.size() != seeds) return std::nullopt;
-  return spread(times).mean;
+// Times compare within one machine: both runs trained on the same single machine, or neither
+// recorded one (runs from before summary.json's "machines").
+bool same_machine(const Finished& a, const Finished& b) { return a.machines == b.machines && a.machines.size() <= 1; }
+
+// How many times sooner `name` reached `target` than `reference`: per seed, the reference's
+// time on that seed and machine over the run's (so that seeds trained in sittings on different
+// machines still compare), and the geometric mean of those ratios (so that A against B is the
+// inverse of B against A); nullopt unless every seed has such a pair.
+std::optional<double> speedup(ByName& g, const std::string& name, const std::string& reference, double target) {
+  std::vector<double> log_ratios;
+  for (const Finished* f : g.runs[name]) {
+    const auto time = time_of(*f, target);
+    if (!time) return std::nullopt;
+    const Finished* base = nullptr;
+    for (const Finished* r : g.runs[reference]) {
+      if (r->run->seed == f->run->seed) base = r;
+    }
+    const auto base_time = base ? time_of(*base, target) : std::nullopt;
+    if (!base_time || !same_machine(*f, *base)) return std::nullopt;
+    log_ratios.push_back(std::log(*base_time / *time));
+  }
+  if (log_ratios.empty()) return std::nullopt;
+  return std::exp(spread(log_ratios).mean);
 }
 
 std::string seconds_text(double s) { return fixed(s, s < 10 ? 2 : 0) + " s"; }
@@ -56,9 +89,9 @@ std::string cell(ByName& g, const std::string& name, double target) {
   std::vector<std::string> ratios;
   bool any = false;
   for (const auto& reference : g.time_references) {
-    const auto base = mean_time(g, reference, target);
-    ratios.push_back(base ? fixed(*base / spread(times).mean, 2) + "x" : "-");
-    any = any || base;
+    const auto ratio = speedup(g, name, reference, target);
+    ratios.push_back(ratio ? fixed(*ratio, 2) + "x" : "-");
+    any = any || ratio;
   }
   if (!any) return text;
   text += " (";
@@ -72,7 +105,28 @@ std::string ratio_legend(const ByName& g) {
   std::string times;
   for (size_t i = 0; i < g.time_references.size(); ++i) times += (i ? " / " : "") + g.time_references[i];
   return "(Nx): the time of " + times +
-         ", each divided by the run's, where every seed of both reached the target (-: that run did not).";
+         ", each divided by the run's on the same seed and machine, geometric mean over the seeds, where every "
+         "seed of both reached the target (-: not every seed has such a pair).";
+}
+
+// Which machines trained the runs, and how many runs each, so that the times can be read.
+std::string machines_line(ByName& g) {
+  std::map<std::string, int> runs;
+  std::vector<std::string> order;
+  for (const auto& name : g.order) {
+    for (const Finished* f : g.runs[name]) {
+      if (f->diverged()) continue;
+      std::string where;
+      for (const auto& m : f->machines) where += (where.empty() ? "" : " then ") + m;
+      if (where.empty()) where = "not recorded";
+      if (runs[where]++ == 0) order.push_back(where);
+    }
+  }
+  std::string line = "Trained on: ";
+  for (size_t i = 0; i < order.size(); ++i) {
+    line += (i ? "; " : "") + order[i] + " (" + std::to_string(runs[order[i]]) + (runs[order[i]] == 1 ? " run)" : " runs)");
+  }
+  return line + ".";
 }
 
 }  // namespace
@@ -93,7 +147,7 @@ std::string time_to_target_markdown(ByName& g) {
   }
   md << "\nTraining seconds (evaluation excluded) until the test accuracy first reached the target, mean over "
         "the seeds; "
-     << ratio_legend(g) << "\n";
+     << ratio_legend(g) << "\n\n" << machines_line(g) << "\n";
   return md.str();
 }
 

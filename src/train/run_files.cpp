@@ -5,12 +5,14 @@
 #endif
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
 #include "stalepipe/api/options_json.h"
 #include "stalepipe/common/error.h"
 #include "stalepipe/common/files.h"
+#include "stalepipe/common/machine.h"
 
 namespace stalepipe::train {
 namespace fs = std::filesystem;
@@ -118,6 +120,31 @@ MetricsHistory reload_metrics(const std::string& run_dir, int64_t epochs, int64_
            " epoch lines up to step ", step, " but the checkpoint is after epoch ", epochs);
   write_file_atomic(path, text);
   return kept;
+}
+
+std::vector<std::string> record_sitting(const std::string& run_dir, int64_t step, bool fresh) {
+  const std::string path = in_dir(run_dir, "sittings.jsonl");
+  std::vector<std::string> machines;
+  auto add = [&machines](const std::string& m) {
+    if (std::find(machines.begin(), machines.end(), m) == machines.end()) machines.push_back(m);
+  };
+  if (fresh) {
+    write_file_atomic(path, "");
+  } else if (!fs::exists(path)) {
+    add("unknown");
+  }
+  std::ifstream in(path);
+  std::string line;
+  for (int64_t number = 1; std::getline(in, line); ++number) {
+    const auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    SP_CHECK(j.is_object() && j.contains("machine") && j.at("machine").is_string(), path, ": line ", number,
+             " is not a sitting (a JSON object with a \"machine\")");
+    add(j.at("machine").get<std::string>());
+  }
+  const std::string here = machine_description();
+  std::ofstream(path, std::ios::app) << nlohmann::json({{"step", step}, {"machine", here}}).dump() << "\n";
+  add(here);
+  return machines;
 }
 
 nlohmann::json time_to_target_json(const std::vector<TargetTime>& times) {

@@ -1,6 +1,7 @@
 // The files of a run directory besides the checkpoint: config.json, metrics.jsonl (in step
 // order, a line of "type" "epoch" per epoch, with its evaluation, and of "type" "eval" per
-// evaluation within an epoch) and summary.json; and the peak memory the summary reports.
+// evaluation within an epoch), sittings.jsonl (a line per sitting: the step it started at and
+// the machine) and summary.json; and the peak memory the summary reports.
 #pragma once
 
 #include <string>
@@ -27,6 +28,11 @@ struct MetricsHistory {
 // lines without a type, as 0.2 wrote them, are epochs) and returns them. Throws RuntimeError
 // if a line is not JSON or the epoch lines kept are not `epochs`.
 MetricsHistory reload_metrics(const std::string& run_dir, int64_t epochs, int64_t step);
+// A line in sittings.jsonl for the sitting that starts now at `step` on this machine (a
+// fresh run first empties the file), and the machines of all the run's sittings, distinct, in
+// order: "unknown" first where a resumed run has no sittings.jsonl (an earlier version wrote it).
+// Throws RuntimeError naming the file and line if a line is not a sitting.
+std::vector<std::string> record_sitting(const std::string& run_dir, int64_t step, bool fresh);
 // summary.json's "time_to_target": per target, reached or not, and where.
 nlohmann::json time_to_target_json(const std::vector<TargetTime>& times);
 // The staleness the schedule implies and the staleness as it ran, for summary.json.

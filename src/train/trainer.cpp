@@ -169,7 +169,7 @@ nlohmann::json summary_json(Run& run, const TrainResult& r) {
                       {"micro_batches", o.pipeline().micro_batches()},
                       {"partition_parameters", r.info.parameters},
                       {"stale_weight_percent", r.info.stale_weight_percent},
-                      {"config_hash", config_hash(o)}};
+                      {"machines", r.machines}, {"config_hash", config_hash(o)}};
   s.update(staleness_json(r.info));
   if (r.test_accuracy) s["test_accuracy"] = *r.test_accuracy;
   s["evaluations"] = r.evaluations.size();
@@ -208,6 +208,7 @@ TrainResult run_training(Run& run, bool resumed, const TrainHooks& hooks) {
   if (!out.empty() && leader) {
     fs::create_directories(out);
     if (!resumed) write_config(out, o);
+    result.machines = record_sitting(out, resumed ? t.step() : 0, !resumed);
     if (resumed) {
       MetricsHistory history = reload_metrics(out, t.epochs_done(), t.step());
       result.epochs = std::move(history.epochs);

@@ -42,6 +42,10 @@ struct TrainResult {
   double train_loss = 0;
   double images_per_second = 0;  // this sitting's
   double wall_seconds = 0;       // training time over all sittings
+  // The machines its sittings trained on (common/machine.h), distinct, in order; empty
+  // without RunOptions::out and on ranks other than the leader. Training times compare only
+  // between runs of one machine.
+  std::vector<std::string> machines;
   bool interrupted = false;      // stopped (stop flag or stop_at_step); a checkpoint was written
   std::vector<torch::Tensor> parameters;  // final parameters of all partitions, in order
 };

@@ -110,6 +110,51 @@ TEST(Sweep, TimesToAccuracyAreComparedWithTheBaselineAndEachTimeReference) {
   EXPECT_NE(table.find("the time of baseline / reference"), std::string::npos) << table;
 }
 
+// Sets a finished run's machine and the time it reached target 1%.
+void set_machine_and_time(const PlannedRun& run, const std::string& machine, double seconds) {
+  const std::string path = run.options.run().out() + "/summary.json";
+  auto summary = nlohmann::json::parse(std::ifstream(path));
+  summary["machines"] = {machine};
+  summary["time_to_target"] = {{{"target", 1.0}, {"reached", true}, {"step", 2}, {"wall_seconds", seconds}}};
+  std::ofstream(path) << summary.dump(2);
+}
+
+std::string row_of(const std::string& md, const std::string& start) {
+  const std::string table = md.substr(md.find("### Time to accuracy"));
+  const size_t at = table.find(start);
+  return at == std::string::npos ? "(no row " + start + ")" : table.substr(at, table.find('\n', at) - at);
+}
+
+// Sessions land on machines of different speeds: a time is compared only with the reference's
+// time of the same seed on the same machine, and the ratios' geometric mean is the speed-up.
+TEST(Sweep, TimesCompareSeedBySeedAndOnlyWithinOneMachine) {
+  test::TempDir dir;
+  nlohmann::json runs = kRuns;
+  for (auto& run : runs) {
+    run["eval_every"] = 2;
+    run["targets"] = {1};
+  }
+  const auto ex = load_experiment(write_experiment(dir, runs));
+  run_sweep(ex, {});
+  // ex.runs: baseline s1, s2, ppv2 s1, s2. Seed 1 on a machine 2x as slow as seed 2's.
+  set_machine_and_time(ex.runs[0], "slow", 20);
+  set_machine_and_time(ex.runs[2], "slow", 10);  // 2x sooner
+  set_machine_and_time(ex.runs[1], "fast", 12);
+  set_machine_and_time(ex.runs[3], "fast", 3);  // 4x sooner
+  write_results(ex);
+  std::stringstream md;
+  md << std::ifstream(ex.out + "/results.md").rdbuf();
+  EXPECT_EQ(row_of(md.str(), "| ppv2 |"), "| ppv2 | 2 | 6.50 s (2.83x) |");  // sqrt(2 * 4), not 16 / 6.5
+  EXPECT_NE(md.str().find("Trained on: slow (2 runs); fast (2 runs)."), std::string::npos) << md.str();
+
+  set_machine_and_time(ex.runs[3], "slow", 3);  // seed 2's pair now spans two machines
+  write_results(ex);
+  md.str("");
+  md << std::ifstream(ex.out + "/results.md").rdbuf();
+  EXPECT_EQ(row_of(md.str(), "| ppv2 |"), "| ppv2 | 2 | 6.50 s |");
+  EXPECT_EQ(row_of(md.str(), "| baseline |"), "| baseline | 2 | 16 s (1.00x) |");
+}
+
 TEST(Sweep, OneSweepPerSeedTrainsOnlyThatSeed) {
   test::TempDir dir;
   const auto ex = load_experiment(write_experiment(dir, kRuns));

@@ -8,8 +8,10 @@
 #include <nlohmann/json.hpp>
 
 #include "stalepipe/common/error.h"
+#include "stalepipe/common/machine.h"
 #include "stalepipe/train/time_to_target.h"
 #include "stalepipe/train/trainer.h"
+#include "support/error_of.h"
 #include "support/pipeline_runs.h"
 #include "support/temp_dir.h"
 #include "support/train_runs.h"
@@ -95,6 +97,38 @@ TEST(TimeToAccuracy, AResumedRunHasTheSameEvaluationsAndItsTimeAddsUpAcrossSitti
   EXPECT_GT(resumed.wall_seconds, first.wall_seconds);
   const auto summary = nlohmann::json::parse(std::ifstream(dir.path() + "/summary.json"));
   EXPECT_EQ(summary.at("evaluations"), 6);
+}
+
+std::vector<std::string> summary_machines(const std::string& dir) {
+  return nlohmann::json::parse(std::ifstream(dir + "/summary.json")).at("machines").get<std::vector<std::string>>();
+}
+
+// Times compare only within one machine, so the summary names the machine of every sitting.
+TEST(TimeToAccuracy, TheSummaryNamesTheMachinesOfTheRunsSittings) {
+  test::TempDir whole, dir, old;
+  const auto r = train(small(whole.path()), quiet());
+  EXPECT_EQ(r.machines, std::vector<std::string>{machine_description()});
+  EXPECT_EQ(summary_machines(whole.path()), r.machines);
+
+  // A run stopped here, moved to another machine and back: each machine once, in order.
+  ASSERT_TRUE(train(small(dir.path(), {{"stop_at_step", 6}}), quiet()).interrupted);
+  std::ofstream(dir.path() + "/sittings.jsonl", std::ios::app) << R"({"step":6,"machine":"elsewhere"})" << "\n";
+  resume(dir.path(), quiet());
+  EXPECT_EQ(summary_machines(dir.path()), (std::vector<std::string>{machine_description(), "elsewhere"}));
+
+  // A checkpoint from before sittings.jsonl: where its first sittings ran is not known.
+  ASSERT_TRUE(train(small(old.path(), {{"stop_at_step", 6}}), quiet()).interrupted);
+  std::filesystem::remove(old.path() + "/sittings.jsonl");
+  resume(old.path(), quiet());
+  EXPECT_EQ(summary_machines(old.path()), (std::vector<std::string>{"unknown", machine_description()}));
+}
+
+TEST(TimeToAccuracy, ACorruptSittingsFileIsAnErrorNamingItsLine) {
+  test::TempDir dir;
+  ASSERT_TRUE(train(small(dir.path(), {{"stop_at_step", 3}}), quiet()).interrupted);
+  std::ofstream(dir.path() + "/sittings.jsonl", std::ios::app) << "{\"step\":3}\n";
+  const std::string message = test::error_of<RuntimeError>([&] { resume(dir.path(), quiet()); });
+  EXPECT_NE(message.find("sittings.jsonl: line 2 is not a sitting"), std::string::npos) << message;
 }
 
 TEST(TimeToAccuracy, TargetsAreTheFirstEvaluationAtOrAboveThem) {
