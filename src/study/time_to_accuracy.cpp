@@ -70,7 +70,7 @@ std::optional<double> speedup(ByName& g, const std::string& name, const std::str
       if (r->run->seed == f->run->seed) base = r;
     }
     const auto base_time = base ? time_of(*base, target) : std::nullopt;
-    if (!base_time || !same_machine(*f, *base)) return std::nullopt;
+    if (!base_time || !same_machine(*f, *base) || *time <= 0) return std::nullopt;
     log_ratios.push_back(std::log(*base_time / *time));
   }
   if (log_ratios.empty()) return std::nullopt;
