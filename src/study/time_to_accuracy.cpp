@@ -21,22 +21,20 @@ std::vector<double> targets_of(ByName& g) {
   return {};
 }
 
-// Training seconds until `f` reached `target`; nullopt if it did not (or diverged).
-std::optional<double> time_of(const Finished& f, double target) {
-  if (f.diverged()) return std::nullopt;
-  for (const auto& t : f.summary.value("time_to_target", nlohmann::json::array())) {
-    if (t.at("target").get<double>() == target && t.at("reached").get<bool>()) {
-      return t.at("wall_seconds").get<double>();
-    }
+// The time_to_target entry of `f` for `target`; null if it has none (or diverged).
+const nlohmann::json* target_entry(const Finished& f, double target) {
+  if (f.diverged() || !f.summary.contains("time_to_target")) return nullptr;
+  for (const auto& t : f.summary.at("time_to_target")) {
+    if (t.at("target").get<double>() == target) return &t;
   }
-  return std::nullopt;
+  return nullptr;
 }
 
-bool has_target(const Finished& f, double target) {
-  for (const auto& t : f.summary.value("time_to_target", nlohmann::json::array())) {
-    if (t.at("target").get<double>() == target) return true;
-  }
-  return false;
+// Training seconds until `f` reached `target`; nullopt if it did not (or diverged).
+std::optional<double> time_of(const Finished& f, double target) {
+  const nlohmann::json* t = target_entry(f, target);
+  if (!t || !t->at("reached").get<bool>()) return std::nullopt;
+  return t->at("wall_seconds").get<double>();
 }
 
 // Training seconds to `target` of each seed of `name` that reached it, and the seeds counted
@@ -45,7 +43,7 @@ std::pair<std::vector<double>, size_t> times_to(ByName& g, const std::string& na
   std::vector<double> times;
   size_t seeds = 0;
   for (const Finished* f : g.runs[name]) {
-    if (!f->diverged() && !has_target(*f, target)) continue;
+    if (!f->diverged() && !target_entry(*f, target)) continue;
     ++seeds;
     if (const auto time = time_of(*f, target)) times.push_back(*time);
   }
