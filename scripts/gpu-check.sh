@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# Builds and checks stalepipe against the PyTorch wheel's CUDA LibTorch on a lent GPU machine,
+# which has the wheel, CMake and ninja but none of our Debian build dependencies and no network.
+#
+#   scripts/gpu-check.sh pack DEPS                  # here (Debian): copy what that machine lacks
+#   scripts/gpu-check.sh run DEPS OUT SECONDS [EXPERIMENT.json...]   # there
+#
+# `run` builds in build-gpu, runs `ctest -L unit`, then trains each experiment file with
+# `stalepipe sweep` until SECONDS (counted from the script's start) have passed; a sweep stopped
+# then leaves its finished runs. OUT receives machine.txt, steps.log and a tarball of each
+# experiment's results.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+pack() {
+  local deps=$1
+  mkdir -p "$deps/prefix/include" "$deps/prefix/share/cmake"
+  cp -r /usr/include/gloo /usr/include/CLI /usr/include/nlohmann /usr/include/zlib.h \
+    /usr/include/zconf.h "$deps/prefix/include/"
+  cp -r /usr/share/cmake/CLI11 /usr/share/cmake/nlohmann_json "$deps/prefix/share/cmake/"
+  cp -r /usr/src/googletest "$deps/googletest"
+  cp -r /usr/share/datasets/fashion-mnist "$deps/fashion-mnist"
+  du -sh "$deps"
+}
+
+# Runs "$@" with its output appended to OUT/steps.log (the device tool returns few files); the
+# step's status and last lines go to stdout.
+step() {
+  local name=$1; shift
+  local t0=$SECONDS log=/tmp/gpu-check-step.log
+  "$@" > "$log" 2>&1
+  local rc=$?
+  { echo "=== $name: rc=$rc in $((SECONDS - t0)) s"; cat "$log"; } >> "$OUT/steps.log"
+  echo "$name: rc=$rc in $((SECONDS - t0)) s"
+  tail -n 5 "$log"
+  return $rc
+}
+
+gtest_prefix() {
+  if [ -d /usr/include/gtest ]; then return; fi
+  cmake -S "$DEPS/googletest" -B /tmp/gtest-build -G Ninja -DCMAKE_BUILD_TYPE=Release \
+    -DCMAKE_INSTALL_PREFIX=/tmp/gtest -DBUILD_GMOCK=OFF &&
+    cmake --build /tmp/gtest-build -j"$(nproc)" && cmake --install /tmp/gtest-build
+}
+
+configure() {
+  local torch_prefix zlib=()
+  torch_prefix=$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)') || return 1
+  if [ ! -f /usr/include/zlib.h ]; then
+    zlib=(-DZLIB_INCLUDE_DIR="$DEPS/prefix/include"
+          -DZLIB_LIBRARY="$(ldconfig -p | awk '/libz\.so\.1 .*x86-64/ {print $NF; exit}')")
+  fi
+  cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release \
+    -DCMAKE_PREFIX_PATH="$torch_prefix;$DEPS/prefix;/tmp/gtest" "${zlib[@]}" \
+    -DSTALEPIPE_BUILD_BENCH=OFF -DSTALEPIPE_BUILD_EXAMPLES=OFF
+}
+
+run() {
+  DEPS=$(realpath "$1"); OUT=$2; local budget=$3; shift 3
+  mkdir -p "$OUT"
+  # The wheel ships c10d's headers but not Gloo's, which c10d's include.
+  export CPATH="$DEPS/prefix/include"
+  if [ ! -d /usr/share/datasets/fashion-mnist ]; then
+    mkdir -p /usr/share/datasets && cp -r "$DEPS/fashion-mnist" /usr/share/datasets/
+  fi
+  { nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; nproc; g++ --version | head -1
+    python3 -c 'import torch; print("torch", torch.__version__, torch.version.cuda)'; } > "$OUT/machine.txt" 2>&1
+  cat "$OUT/machine.txt"
+  step gtest gtest_prefix && step configure configure && step build cmake --build build-gpu -j"$(nproc)" ||
+    return 1
+  # 16 processes of 16 OpenMP threads each slowed the data tests 15x there; 2 threads each do not.
+  OMP_NUM_THREADS=2 step unit ctest --test-dir build-gpu -L unit -j8 --timeout 120
+  local experiment name
+  for experiment in "$@"; do
+    name=$(basename "$experiment" .json)
+    local results seed
+    results=$(python3 -c 'import json,os,sys; e=sys.argv[1]; print(os.path.normpath(os.path.join(os.path.dirname(e), json.load(open(e))["out"])))' "$experiment")
+    # Seed by seed, so that a sweep stopped by the budget leaves whole seeds of every run.
+    # SIGTERM stops a sweep at a checkpoint, keeping every finished run.
+    for seed in $(python3 -c 'import json,sys; print(*json.load(open(sys.argv[1])).get("seeds", [1]))' "$experiment"); do
+      step "$name-s$seed" timeout "$((budget - SECONDS))" build-gpu/apps/stalepipe/stalepipe sweep "$experiment" --seed "$seed"
+    done
+    step "$name-collect" build-gpu/apps/stalepipe/stalepipe sweep "$experiment" --collect
+    tar czf "$OUT/$name.tar.gz" --exclude=checkpoint "$results"
+  done
+}
+
+case "${1:-}" in
+  pack) pack "$2" ;;
+  run) shift; run "$@" ;;
+  *) echo "usage: $0 pack DEPS | run DEPS OUT SECONDS [EXPERIMENT.json...]" >&2; exit 2 ;;
+esac
