@@ -2,6 +2,8 @@
 
 #include <sched.h>
 
+#include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -34,6 +36,35 @@ bool has_flag(const std::string& flags, const std::string& flag) {
   return false;
 }
 
+std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// "1 GPU: NVIDIA H200", "2 GPUs: NVIDIA H100 80GB HBM3", "2 GPUs: A + B"; "" for none.
+std::string describe_gpus(const std::vector<std::string>& gpus) {
+  if (gpus.empty()) return "";
+  const bool alike = std::all_of(gpus.begin(), gpus.end(), [&](const std::string& g) { return g == gpus[0]; });
+  std::string models = gpus[0];
+  for (size_t i = 1; !alike && i < gpus.size(); ++i) models += " + " + gpus[i];
+  return ", " + std::to_string(gpus.size()) + (gpus.size() == 1 ? " GPU: " : " GPUs: ") + models;
+}
+
+// The models of the GPUs the NVIDIA driver lists, in bus order; none where it is not loaded.
+std::vector<std::string> nvidia_gpus() {
+  namespace fs = std::filesystem;
+  std::vector<std::string> buses;
+  std::error_code error;
+  for (fs::directory_iterator it("/proc/driver/nvidia/gpus", error), end; !error && it != end; it.increment(error))
+    buses.push_back(it->path().string());
+  std::sort(buses.begin(), buses.end());
+  std::vector<std::string> models;
+  for (const auto& bus : buses) models.push_back(gpu_model(read_text(bus + "/information")));
+  return models;
+}
+
 unsigned usable_cpus() {
   cpu_set_t set;
   if (sched_getaffinity(0, sizeof(set), &set) == 0) return static_cast<unsigned>(CPU_COUNT(&set));
@@ -42,21 +73,23 @@ unsigned usable_cpus() {
 
 }  // namespace
 
-std::string describe_machine(const std::string& cpuinfo, unsigned cpus) {
+std::string gpu_model(const std::string& information) {
+  const std::string model = field(information, "Model");
+  return model.empty() ? "unknown GPU" : model;
+}
+
+std::string describe_machine(const std::string& cpuinfo, unsigned cpus, const std::vector<std::string>& gpus) {
   std::string cpu = field(cpuinfo, "model name");
   if (cpu.empty()) cpu = "unknown CPU";
   const std::string family = field(cpuinfo, "cpu family"), model = field(cpuinfo, "model");
   if (!family.empty() && !model.empty()) cpu += " (family " + family + ", model " + model + ")";
   const std::string flags = field(cpuinfo, "flags");
   const char* isa = has_flag(flags, "avx512f") ? ", AVX-512" : has_flag(flags, "avx2") ? ", AVX2" : "";
-  return cpu + ", " + std::to_string(cpus) + (cpus == 1 ? " CPU" : " CPUs") + isa;
+  return cpu + ", " + std::to_string(cpus) + (cpus == 1 ? " CPU" : " CPUs") + isa + describe_gpus(gpus);
 }
 
 std::string machine_description() {
-  std::ifstream in("/proc/cpuinfo");
-  std::stringstream text;
-  text << in.rdbuf();
-  return describe_machine(text.str(), usable_cpus());
+  return describe_machine(read_text("/proc/cpuinfo"), usable_cpus(), nvidia_gpus());
 }
 
 }  // namespace stalepipe

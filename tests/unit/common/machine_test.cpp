@@ -26,6 +26,22 @@ TEST(Machine, AnUnknownCpuIsSaidToBeUnknown) {
   EXPECT_EQ(describe_machine("", 1), "unknown CPU, 1 CPU");
 }
 
+TEST(Machine, NamesTheGpusAfterTheCpu) {
+  const std::string cpu = "processor\t: 0\nmodel name\t: Intel(R) Xeon(R) Processor\n";
+  EXPECT_EQ(describe_machine(cpu, 16, {"NVIDIA H200"}), "Intel(R) Xeon(R) Processor, 16 CPUs, 1 GPU: NVIDIA H200");
+  EXPECT_EQ(describe_machine(cpu, 16, {"NVIDIA H100 80GB HBM3", "NVIDIA H100 80GB HBM3"}),
+            "Intel(R) Xeon(R) Processor, 16 CPUs, 2 GPUs: NVIDIA H100 80GB HBM3");
+  EXPECT_EQ(describe_machine(cpu, 16, {"NVIDIA A100", "NVIDIA H100", "NVIDIA A100"}),
+            "Intel(R) Xeon(R) Processor, 16 CPUs, 3 GPUs: NVIDIA A100 + NVIDIA H100 + NVIDIA A100");
+}
+
+TEST(Machine, ReadsTheGpuModelFromTheDriversInformationFile) {
+  // The layout of /proc/driver/nvidia/gpus/BUS/information (tabs and spaces after the colon).
+  EXPECT_EQ(gpu_model("Model: \t\t NVIDIA H200\nIRQ:   \t\t 42\nGPU UUID: \t GPU-0a1b\nBus Type: \t PCIe\n"),
+            "NVIDIA H200");
+  EXPECT_EQ(gpu_model("IRQ: \t 42\n"), "unknown GPU");
+}
+
 TEST(Machine, ThisMachineIsDescribed) {
   const std::string here = machine_description();
   EXPECT_NE(here.find(" CPU"), std::string::npos) << here;
