@@ -15,7 +15,7 @@
 #     table.md                  the side-by-side tables for docs/performance.md
 #     machine.txt               CPU, load before and after, versions
 # ResNet-110 dominates the time (each configuration trains 3 + 20 mini-batches of 128).
-# Environment: OUT (folder), STEPS (measured steps, default 20), WARMUP (default 3), BATCH
+# Environment: SP (the stalepipe binary), OUT (folder), STEPS (measured steps, default 20), WARMUP (default 3), BATCH
 # (default 128), ROUNDS (alternated rounds of every configuration, bench and peers, medians
 # reported; default 1), SPECS (model:paper-PPV list), MEMK2 (models list; empty: none), MEMSPECS (model:PPV:channels list; empty: none),
 # RECOMPUTE (model:layer list; empty: none),
@@ -25,7 +25,7 @@
 #     OUT=/tmp/smoke BATCH=16 STEPS=10 WARMUP=1 SPECS=lenet5:2 MEMSPECS=lenet5:2:1 SKIP_MICRO=1 bench/run_all.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
-SP=build/apps/stalepipe/stalepipe
+SP=${SP:-build/apps/stalepipe/stalepipe}  # another binary: e.g. a copy frozen while the tree is rebuilt
 OUT=${OUT:-results/bench}
 STEPS=${STEPS:-20}
 WARMUP=${WARMUP:-3}
@@ -54,7 +54,7 @@ mkdir -p "$OUT"
   echo "date: $(date -Is)"
   echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | xargs), $(nproc) cores"
   echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
-  echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+  echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown), binary: $SP"
 } >> "$OUT/machine.txt"
 
 processes=(--processes)
