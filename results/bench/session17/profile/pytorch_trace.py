@@ -1,0 +1,21 @@
+# PyTorch 1.13 profiler over 10 steps of plain channels_last training, one thread, as a chrome
+# trace for self_times.py (session 17; after session 14's pytorch_profile.py):
+#   taskset -c 0 /usr/bin/python3 results/bench/session17/profile/pytorch_trace.py resnet56 /tmp/pytorch.json
+import os, sys, torch
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "../../../../bench"))
+import peers
+import torch.nn.functional as F
+import torch.nn as nn
+torch.set_num_threads(1); torch.manual_seed(1)
+m = sys.argv[1]
+model = nn.Sequential(*[u for u, _ in peers.make_units(m, 1)]).to(memory_format=torch.channels_last)
+data = [(x.contiguous(memory_format=torch.channels_last), y) for x, y in peers.batches(128, 1)]
+opt = peers.sgd(model.parameters())
+def step(x, y):
+    opt.zero_grad(set_to_none=True)
+    loss = F.cross_entropy(model(x), y); loss.backward(); opt.step()
+for i in range(3): step(*data[i % 4])
+from torch.profiler import profile, ProfilerActivity
+with profile(activities=[ProfilerActivity.CPU]) as p:
+    for i in range(10): step(*data[i % 4])
+p.export_chrome_trace(sys.argv[2])
