@@ -1,11 +1,20 @@
 # PyTorch 1.13 profiler over 10 steps of plain channels_last training, one thread, as a chrome
 # trace for self_times.py (session 17; after session 14's pytorch_profile.py):
 #   taskset -c 0 /usr/bin/python3 results/bench/session17/profile/pytorch_trace.py resnet56 /tmp/pytorch.json
+# A third argument, inplace-add, adds each block's shortcut in place (`y += shortcut(x)`), so that
+# forward frees no activation buffer between convolutions.
 import os, sys, torch
+import torch.nn as nn
+import torch.nn.functional as F
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "../../../../bench"))
 import peers
-import torch.nn.functional as F
-import torch.nn as nn
+if len(sys.argv) > 3 and sys.argv[3] == "inplace-add":
+    def forward(self, x):
+        y = F.relu(self.bn1(self.conv1(x)), inplace=True)
+        y = self.bn2(self.conv2(y))
+        y += self.shortcut(x)
+        return F.relu(y, inplace=True)
+    peers.BasicBlock.forward = forward
 torch.set_num_threads(1); torch.manual_seed(1)
 m = sys.argv[1]
 model = nn.Sequential(*[u for u, _ in peers.make_units(m, 1)]).to(memory_format=torch.channels_last)
