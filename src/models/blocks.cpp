@@ -65,11 +65,14 @@ void ConvBlockImpl::reset() {
 
 torch::Tensor ConvBlockImpl::forward(torch::Tensor input) {
   torch::Tensor x = conv(input);
-  x = bn ? batch_norm_relu(*bn, x) : x.relu_();  // x is our own intermediate, never the unit input
-  if (pool) {
-    x = pool(x);
+  if (bn) {
+    x = batch_norm_relu(*bn, x);
+    return pool ? pool(x) : x;
   }
-  return x;
+  // relu(max(x)) == max(relu(x)) bit for bit, values and gradients (both monotonic, no
+  // arithmetic), so the ReLU runs on the pooled tensor, a quarter of the size. x is our own
+  // intermediate, never the unit input, so it may change in place.
+  return pool ? pool(x).relu_() : x.relu_();
 }
 
 double ConvBlockImpl::forward_flops(const std::vector<int64_t>& input_shape) const {

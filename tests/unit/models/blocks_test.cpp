@@ -1,11 +1,13 @@
 // BasicBlock's option-A shortcut: subsampled and zero-padded as the published CIFAR ResNets
 // do, with the input's gradient in the input's layout (LibTorch's slicing backward returns
-// NCHW for a channels-last input).
+// NCHW for a channels-last input). ConvBlock without batch norm pools before its ReLU: the
+// same values and gradients as the textbook order, bit for bit.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
 #include "stalepipe/common/error.h"
 #include "stalepipe/models/blocks.h"
+#include "stalepipe/models/memory_format.h"
 #include "support/error_of.h"
 
 namespace stalepipe::models {
@@ -54,6 +56,33 @@ TEST(OptionAShortcut, FewerPlanesThanChannelsIsAUsageError) {
   EXPECT_EQ(error_of<UsageError>([] { option_a_shortcut(torch::zeros({1, 4, 4, 4}), 2, 3); }),
             "option-A shortcut: needs a 4-D input, planes >= its channels and stride >= 1, got [1, 4, 4, 4], "
             "planes 3, stride 2");
+}
+
+// conv -> ReLU -> max pool as written in the textbook, against the block (which pools first).
+TEST(ConvBlock, PoolingBeforeTheReluGivesTheSameValuesAndGradientsBitForBit) {
+  for (const auto format : {torch::MemoryFormat::Contiguous, kChannelsLast}) {
+    torch::manual_seed(3);
+    ConvBlock block(ConvBlockOptions(3, 6, 5).max_pool(2));
+    to_memory_format(*block, format);
+    // Negative maxima, zeros and ties: every window of the first image is all negative.
+    auto input = torch::randn({4, 3, 16, 16}).contiguous(format);
+    input.index_put_({0}, -1.0 - input.index({0}).abs());
+    const auto x = input.clone().requires_grad_(), x_ref = input.clone().requires_grad_();
+    const auto weights = torch::randn({4, 6, 6, 6});
+
+    const auto out = block->forward(x);
+    (out * weights).sum().backward();
+    const auto grads = std::vector<torch::Tensor>{x.grad(), block->conv->weight.grad(), block->conv->bias.grad()};
+    block->zero_grad();
+    const auto ref = torch::max_pool2d(block->conv->forward(x_ref).relu(), 2);
+    (ref * weights).sum().backward();
+
+    EXPECT_TRUE(torch::equal(out, ref));
+    EXPECT_TRUE(torch::equal(grads[0], x_ref.grad()));
+    EXPECT_TRUE(torch::equal(grads[1], block->conv->weight.grad()));
+    EXPECT_TRUE(torch::equal(grads[2], block->conv->bias.grad()));
+    EXPECT_GT((out == 0).sum().item<int64_t>(), 0);  // the all-negative windows were there
+  }
 }
 
 }  // namespace
