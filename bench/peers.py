@@ -171,10 +171,10 @@ def sgd(params):
     return torch.optim.SGD(params, lr=0.01, momentum=0.9, weight_decay=5e-4)
 
 
-def plain(args, data, threads, channels_last=False):
-    torch.set_num_threads(threads)
+def plain_step(model_name, channels, data, channels_last=False):
+    """step(x, y) of plain training, and the batches in the layout it takes (profiles use it too)."""
     torch.manual_seed(1)
-    model = nn.Sequential(*[m for m, _ in make_units(args.model, args.channels)])
+    model = nn.Sequential(*[m for m, _ in make_units(model_name, channels)])
     if channels_last:  # weights and inputs in NHWC; the layers then keep it throughout
         model = model.to(memory_format=torch.channels_last)
         data = [(x.contiguous(memory_format=torch.channels_last), y) for x, y in data]
@@ -187,6 +187,12 @@ def plain(args, data, threads, channels_last=False):
         opt.step()
         if not torch.isfinite(loss):
             raise SystemExit("peers.py: error: plain training diverged (loss not finite)")
+    return step, data
+
+
+def plain(args, data, threads, channels_last=False):
+    torch.set_num_threads(threads)
+    step, data = plain_step(args.model, args.channels, data, channels_last)
     return train_rate(step, data, args.warmup_steps, args.steps)
 
 

@@ -1,10 +1,11 @@
 # PyTorch 1.13 profiler over 10 steps of plain channels_last training, one thread, as a chrome
-# trace for self_times.py (session 17; after session 14's pytorch_profile.py):
+# trace for self_times.py (session 17; after session 14's pytorch_profile.py). The tables in
+# resnet56-pytorch*.txt and lenet5-pytorch.txt were taken before it shared peers.plain_step,
+# whose loss check adds one isfinite per step:
 #   taskset -c 0 /usr/bin/python3 results/bench/session17/profile/pytorch_trace.py resnet56 /tmp/pytorch.json
 # A third argument, inplace-add, adds each block's shortcut in place (`y += shortcut(x)`), so that
 # forward frees no activation buffer between convolutions.
 import os, sys, torch
-import torch.nn as nn
 import torch.nn.functional as F
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "../../../../bench"))
 import peers
@@ -15,14 +16,8 @@ if len(sys.argv) > 3 and sys.argv[3] == "inplace-add":
         y += self.shortcut(x)
         return F.relu(y, inplace=True)
     peers.BasicBlock.forward = forward
-torch.set_num_threads(1); torch.manual_seed(1)
-m = sys.argv[1]
-model = nn.Sequential(*[u for u, _ in peers.make_units(m, 1)]).to(memory_format=torch.channels_last)
-data = [(x.contiguous(memory_format=torch.channels_last), y) for x, y in peers.batches(128, 1)]
-opt = peers.sgd(model.parameters())
-def step(x, y):
-    opt.zero_grad(set_to_none=True)
-    loss = F.cross_entropy(model(x), y); loss.backward(); opt.step()
+torch.set_num_threads(1)
+step, data = peers.plain_step(sys.argv[1], 1, peers.batches(128, 1), channels_last=True)
 for i in range(3): step(*data[i % 4])
 from torch.profiler import profile, ProfilerActivity
 with profile(activities=[ProfilerActivity.CPU]) as p:
