@@ -46,7 +46,8 @@ double linear_flops(const torch::nn::LinearImpl& linear);
 // ---------------------------------------------------------------------------------------------
 // ConvBlock: conv (no dilation, no groups) -> [BatchNorm2d] -> ReLU -> [MaxPool2d].
 // Input [N, in_channels, H, W]; output [N, out_channels, H', W'].
-// With batch_norm the conv has no bias (the BN shift makes it redundant).
+// With batch_norm the conv has no bias (the BN shift makes it redundant). Without it the block
+// pools before the ReLU, which gives the same values and gradients on fewer elements.
 struct ConvBlockOptions {
   ConvBlockOptions(int64_t in_channels, int64_t out_channels, int64_t kernel_size)
       : in_channels_(in_channels), out_channels_(out_channels), kernel_size_(kernel_size) {}
