@@ -70,8 +70,8 @@ torch::Tensor ConvBlockImpl::forward(torch::Tensor input) {
     return pool ? pool(x) : x;
   }
   // relu(max(x)) == max(relu(x)) bit for bit, values and gradients (both monotonic, no
-  // arithmetic), so the ReLU runs on the pooled tensor (a quarter of the size for 2x2). x is our own
-  // intermediate, never the unit input, so it may change in place.
+  // arithmetic), so the ReLU runs on the pooled tensor (a quarter of the size for 2x2). x is
+  // our own intermediate, never the unit input, so it may change in place.
   return pool ? pool(x).relu_() : x.relu_();
 }
 
