@@ -26,8 +26,7 @@ out, model, rounds = sys.argv[1], sys.argv[2], int(sys.argv[3])
 rows = []
 for r in range(1, rounds + 1):
     ours = {m["key"]: m["images_per_second"] for m in json.load(open(f"{out}/{model}-{r}.json"))["measurements"]}
-    peers = json.load(open(f"{out}/peers-{model}-{r}.json"))
-    best = max(peers["plain"]["1"], peers["plain_channels_last"]["1"])
+    best = json.load(open(f"{out}/peers-{model}-{r}.json"))["best_plain"]["1"]  # NCHW or channels_last
     rows.append((ours["one_thread"], ours["pipeline"], ours["side_by_side"], best))
 print(model)
 print("round | ours 1 thr | pipeline | ceiling | PyTorch best 1 thr | ours / PyTorch (>= 1.10) | pipeline / PyTorch (>= 2.0) | pipeline / ceiling (>= 0.95)")

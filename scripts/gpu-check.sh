@@ -73,11 +73,13 @@ run() {
   local experiment name
   for experiment in "$@"; do
     name=$(basename "$experiment" .json)
-    local results seed
-    results=$(python3 -c 'import json,os,sys; e=sys.argv[1]; print(os.path.normpath(os.path.join(os.path.dirname(e), json.load(open(e))["out"])))' "$experiment")
+    local results seeds seed
+    # The results folder (the file's "out", relative to the file) and the seeds.
+    read -r results seeds < <(python3 -c 'import json,os,sys; e=sys.argv[1]; j=json.load(open(e))
+print(os.path.normpath(os.path.join(os.path.dirname(e), j["out"])), *j.get("seeds", [1]))' "$experiment")
     # Seed by seed, so that a sweep stopped by the budget leaves whole seeds of every run.
     # SIGTERM stops a sweep at a checkpoint, keeping every finished run.
-    for seed in $(python3 -c 'import json,sys; print(*json.load(open(sys.argv[1])).get("seeds", [1]))' "$experiment"); do
+    for seed in $seeds; do
       step "$name-s$seed" timeout "$((budget - SECONDS))" build-gpu/apps/stalepipe/stalepipe sweep "$experiment" --seed "$seed"
     done
     step "$name-collect" build-gpu/apps/stalepipe/stalepipe sweep "$experiment" --collect
