@@ -8,6 +8,7 @@
 #include <torch/autograd.h>
 
 #include "stalepipe/common/error.h"
+#include "kernel_impl.h"
 
 namespace stalepipe::models {
 namespace {
@@ -20,13 +21,7 @@ using torch::autograd::variable_list;
 constexpr int64_t kBlockRows = 256;
 
 // The loops, over `rows` rows of C channels. Restrict pointers (nothing aliases), so that the
-// compiler vectorises them across channels; an AVX2 clone is picked at load time where the CPU
-// has it (memory-bound passes: the wider vectors mostly save instructions).
-#if defined(__x86_64__) && defined(__GNUC__)
-#define SP_KERNEL __attribute__((target_clones("avx2", "default")))
-#else
-#define SP_KERNEL
-#endif
+// compiler vectorises them across channels.
 
 SP_KERNEL void shifted_sums(const float* __restrict__ x, int64_t rows, int64_t C,
                             const float* __restrict__ shift, float* __restrict__ sum,

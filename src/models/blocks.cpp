@@ -7,6 +7,7 @@
 
 #include "stalepipe/common/error.h"
 #include "stalepipe/models/batch_norm_relu.h"
+#include "stalepipe/models/max_pool.h"
 
 namespace stalepipe::models {
 namespace {
@@ -65,14 +66,14 @@ void ConvBlockImpl::reset() {
 
 torch::Tensor ConvBlockImpl::forward(torch::Tensor input) {
   torch::Tensor x = conv(input);
-  if (bn) {
-    x = batch_norm_relu(*bn, x);
-    return pool ? pool(x) : x;
-  }
+  if (bn) x = batch_norm_relu(*bn, x);
   // relu(max(x)) == max(relu(x)) bit for bit, values and gradients (both monotonic, no
   // arithmetic), so the ReLU runs on the pooled tensor (a quarter of the size for 2x2). x is
   // our own intermediate, never the unit input, so it may change in place.
-  return pool ? pool(x).relu_() : x.relu_();
+  const bool relu = !bn;
+  if (!pool) return relu ? x.relu_() : x;
+  if (options.max_pool() == 2) return max_pool_2x2(x, relu);
+  return relu ? pool(x).relu_() : pool(x);
 }
 
 double ConvBlockImpl::forward_flops(const std::vector<int64_t>& input_shape) const {
