@@ -3,19 +3,22 @@
 # `stalepipe bench --rounds 1` then `bench/peers.py --rounds 1`, ROUNDS times, so that a machine
 # whose speed drifts over minutes (this VM's rounds spread by up to 20%) slows both sides of
 # each ratio alike. run_all.sh runs all of ours and then all of PyTorch's, minutes apart.
-#   bench/alternate.sh MODEL PPV [ROUNDS=3] [OUT=results/bench/alternate]   # env: SP, STEPS, WARMUP
+#   bench/alternate.sh MODEL PPV [ROUNDS=3] [OUT=results/bench/alternate]   # env: SP, STEPS, WARMUP, RECOMPUTE
 # Prints, per round and as medians: ours 1 thread / PyTorch best 1 thread, pipeline / PyTorch
-# best 1 thread, pipeline / ceiling (two independent one-thread runs at once).
+# best 1 thread, pipeline / ceiling (two independent one-thread runs at once). With SKIP_RUNS=1
+# it only prints them from the JSON files already in OUT.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SP=${SP:-build/apps/stalepipe/stalepipe}
 model=${1:?usage: bench/alternate.sh MODEL PPV [ROUNDS] [OUT]} ppv=${2:?PPV} rounds=${3:-3}
 out=${4:-results/bench/alternate}
 STEPS=${STEPS:-20} WARMUP=${WARMUP:-3}  # as in run_all.sh (LeNet-5 there: 200 and 20)
+RECOMPUTE=${RECOMPUTE:-0}  # the pipeline's --recompute (the memory target's configuration)
 mkdir -p "$out"
 for r in $(seq "$rounds"); do
+  [ "${SKIP_RUNS:-0}" = 1 ] && break
   "$SP" bench --model "$model" --pipeline "$ppv" --rounds 1 --steps "$STEPS" --warmup-steps "$WARMUP" \
-    --json "$out/$model-$r.json" > /dev/null
+    --recompute "$RECOMPUTE" --json "$out/$model-$r.json" > /dev/null
   /usr/bin/python3 bench/peers.py --stalepipe-json "$out/$model-$r.json" --chunks 1 --rounds 1 \
     --steps "$STEPS" --warmup-steps "$WARMUP" --json "$out/peers-$model-$r.json" > /dev/null
   echo "round $r done" >&2

@@ -57,40 +57,65 @@ inline float select(uint32_t mask, float a, float b) {
 // LibTorch folds each window's elements row by row from -infinity: a later element wins where
 // it is greater or NaN (so the first maximum wins a tie, the last NaN wins over everything).
 // The pairs (0, 1) and (2, 3) folded first and then against each other give the same winner.
-// This runs at every column i of two rows, with its right neighbour at i + C: the windows are
-// every other group of C columns, and the loop is long and contiguous, so GCC vectorises it
-// fully where a loop over one window's C channels (LeNet-5's 6) would not fill a vector.
 // The lower pair's NaN test is on its inputs: on the selected value, GCC does not vectorise.
-SP_KERNEL void merge_windows(const float* __restrict__ top, const float* __restrict__ bottom, int64_t length,
-                   int64_t C, float* __restrict__ max, uint8_t* __restrict__ arg) {
-  for (int64_t i = 0; i < length; ++i) {
-    const float a0 = top[i], a1 = top[i + C], a2 = bottom[i], a3 = bottom[i + C];
-    const bool nan2 = std::isunordered(a2, a2), nan3 = std::isunordered(a3, a3);
-    const bool upper_1 = (a1 > a0) | std::isunordered(a1, a1), lower_3 = (a3 > a2) | nan3;
-    const float upper = select(mask(upper_1), a1, a0), lower = select(mask(lower_3), a3, a2);
-    const bool lower_wins = (lower > upper) | nan2 | nan3;
-    max[i] = select(mask(lower_wins), lower, upper);
-    arg[i] = static_cast<uint8_t>(upper_1 + lower_wins * (2 + lower_3 - upper_1));
-  }
+inline void window_max(float a0, float a1, float a2, float a3, float& max, uint8_t& arg) {
+  const bool nan2 = std::isunordered(a2, a2), nan3 = std::isunordered(a3, a3);
+  const bool upper_1 = (a1 > a0) | std::isunordered(a1, a1), lower_3 = (a3 > a2) | nan3;
+  const float upper = select(mask(upper_1), a1, a0), lower = select(mask(lower_3), a3, a2);
+  const bool lower_wins = (lower > upper) | nan2 | nan3;
+  max = select(mask(lower_wins), lower, upper);
+  arg = static_cast<uint8_t>(upper_1 + lower_wins * (2 + lower_3 - upper_1));
 }
 
-// One output row: the windows' columns out of merge_windows' scratch rows.
-template <bool Relu>
-void keep_windows(const float* __restrict__ max, const uint8_t* __restrict__ arg, int64_t out_width,
-                  int64_t C, float* __restrict__ y, uint8_t* __restrict__ y_arg) {
+// relu_ as LibTorch computes it (clamp_min): NaN and -0.0 pass unchanged.
+inline float relu_if(bool relu, float v) { return select(mask(relu & (v < 0.0f)), 0.0f, v); }
+
+// Channels-last: the window at every column i of two rows, with its right neighbour at i + C.
+// The windows are every other group of C columns (keep_windows takes them), and the loop is
+// long and contiguous, so GCC vectorises it fully where a loop over one window's C channels
+// (LeNet-5's 6) would not fill a vector.
+SP_KERNEL void merge_windows(const float* __restrict__ top, const float* __restrict__ bottom, int64_t length,
+                             int64_t C, float* __restrict__ max, uint8_t* __restrict__ arg) {
+  for (int64_t i = 0; i < length; ++i) window_max(top[i], top[i + C], bottom[i], bottom[i + C], max[i], arg[i]);
+}
+
+void keep_windows(const float* __restrict__ max, const uint8_t* __restrict__ arg, int64_t out_width, int64_t C,
+                  bool relu, float* __restrict__ y, uint8_t* __restrict__ y_arg) {
   for (int64_t ow = 0; ow < out_width; ++ow) {
     for (int64_t c = 0; c < C; ++c) {
-      const float m = max[2 * ow * C + c];
-      // relu_ as LibTorch computes it (clamp_min): NaN and -0.0 pass unchanged.
-      y[ow * C + c] = Relu ? select(mask(m < 0.0f), 0.0f, m) : m;
+      y[ow * C + c] = relu_if(relu, max[2 * ow * C + c]);
       y_arg[ow * C + c] = arg[2 * ow * C + c];
     }
   }
 }
 
-template <bool Relu>
-void pool_forward(const float* x, const Planes& s, float* y, uint8_t* arg) {
+// NCHW: one plane, whose windows' left columns are every other element of a row (GCC
+// vectorises the loop with interleaved loads). Rows are short (28 for LeNet-5), so the plane
+// is one call.
+SP_KERNEL void pool_plane(const float* __restrict__ x, int64_t width, int64_t out_height, int64_t out_width,
+                          bool relu, float* __restrict__ y, uint8_t* __restrict__ arg) {
+  for (int64_t oh = 0; oh < out_height; ++oh) {
+    const float* top = x + 2 * oh * width;
+    const float* bottom = top + width;
+    float* y_row = y + oh * out_width;
+    uint8_t* arg_row = arg + oh * out_width;
+    for (int64_t ow = 0; ow < out_width; ++ow) {
+      float max;
+      window_max(top[2 * ow], top[2 * ow + 1], bottom[2 * ow], bottom[2 * ow + 1], max, arg_row[ow]);
+      y_row[ow] = relu_if(relu, max);
+    }
+  }
+}
+
+void pool_forward(const float* x, const Planes& s, bool relu, float* y, uint8_t* arg) {
   const int64_t C = s.channels, row = s.width * C, out_row = s.out_width() * C;
+  if (C == 1) {
+    for (int64_t p = 0; p < s.planes; ++p) {
+      const int64_t out = p * s.out_height() * out_row;
+      pool_plane(x + p * s.height * row, s.width, s.out_height(), s.out_width(), relu, y + out, arg + out);
+    }
+    return;
+  }
   const int64_t length = 2 * out_row - C;  // from the first window's left column to the last's
   std::vector<float> max(length);
   std::vector<uint8_t> max_arg(length);
@@ -99,7 +124,7 @@ void pool_forward(const float* x, const Planes& s, float* y, uint8_t* arg) {
       const float* top = x + (p * s.height + 2 * oh) * row;
       const int64_t out = (p * s.out_height() + oh) * out_row;
       merge_windows(top, top + row, length, C, max.data(), max_arg.data());
-      keep_windows<Relu>(max.data(), max_arg.data(), s.out_width(), C, y + out, arg + out);
+      keep_windows(max.data(), max_arg.data(), s.out_width(), C, relu, y + out, arg + out);
     }
   }
 }
@@ -144,8 +169,7 @@ class MaxPoolFunction : public torch::autograd::Function<MaxPoolFunction> {
     torch::Tensor y = torch::empty({x.size(0), x.size(1), s.out_height(), s.out_width()},
                                    x.options().memory_format(format));
     torch::Tensor arg = torch::empty(y.sizes(), x.options().dtype(torch::kUInt8).memory_format(format));
-    auto run = relu ? pool_forward<true> : pool_forward<false>;
-    run(x.data_ptr<float>(), s, y.data_ptr<float>(), arg.data_ptr<uint8_t>());
+    pool_forward(x.data_ptr<float>(), s, relu, y.data_ptr<float>(), arg.data_ptr<uint8_t>());
     ctx->saved_data["sizes"] = x.sizes();
     ctx->saved_data["channels_last"] = channels_last;
     ctx->saved_data["relu"] = relu;
