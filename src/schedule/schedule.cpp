@@ -125,6 +125,8 @@ Schedule make_schedule(ScheduleKind kind, int num_workers, int64_t first_step, i
       return make_gpipe(num_workers, first_step, end_step, micro_batches);
     case ScheduleKind::kOneFOneB:
       return make_one_f_one_b(num_workers, first_step, end_step);
+    case ScheduleKind::kHybrid:
+      break;  // refused above
   }
   throw UsageError("unknown schedule kind");
 }

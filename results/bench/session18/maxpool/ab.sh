@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The build before the hand-written 2x2 max pooling (e651391) against the one with it (98ea963),
+# The build before the hand-written 2x2 max pooling (e651391) against one with it (439cd10),
 # alternated round by round: `stalepipe bench --rounds 1` of each, ROUNDS times per model.
 #   BEFORE=... AFTER=... results/bench/session18/maxpool/ab.sh MODEL ROUNDS STEPS WARMUP [BENCH FLAGS...]
 # With SKIP_RUNS=1 it only prints the table from the JSON files already there.
