@@ -4,7 +4,6 @@
 #include <cmath>
 #include <vector>
 
-#include <ATen/Parallel.h>
 #include <torch/autograd.h>
 
 #include "stalepipe/common/error.h"
@@ -289,13 +288,8 @@ double running_stats_momentum(torch::nn::BatchNorm2dImpl& bn) {
 }  // namespace
 
 bool runs_fused(const torch::nn::BatchNorm2dImpl& bn, const torch::Tensor& x, const torch::Tensor& residual) {
-  // One intra-op thread: the loops here run on the calling thread. LibTorch's own kernels
-  // share a batch norm among its OpenMP threads, and stalepipe is not built with OpenMP
-  // (where LibTorch brings its own copy of the runtime, as the PyTorch wheel does, a second
-  // runtime would not obey at::set_num_threads).
-  return at::get_num_threads() == 1 && bn.is_training() && bn.options.affine() &&
-         bn.options.track_running_stats() && bn.weight.scalar_type() == torch::kFloat && x.dim() == 4 &&
-         x.device().is_cpu() && x.scalar_type() == torch::kFloat &&
+  return runs_by_hand(x) && bn.is_training() && bn.options.affine() && bn.options.track_running_stats() &&
+         bn.weight.scalar_type() == torch::kFloat && x.dim() == 4 &&
          x.is_contiguous(torch::MemoryFormat::ChannelsLast) && x.numel() / x.size(1) > 1 &&
          (!residual.defined() || (residual.device().is_cpu() && residual.scalar_type() == torch::kFloat));
 }

@@ -6,7 +6,6 @@
 #include <cstring>
 #include <vector>
 
-#include <ATen/Parallel.h>
 #include <torch/autograd.h>
 
 #include "kernel_impl.h"
@@ -185,14 +184,10 @@ class MaxPoolFunction : public torch::autograd::Function<MaxPoolFunction> {
     const auto format = memory_format(ctx->saved_data["channels_last"].toBool());
     const torch::Tensor dy = grad_outputs[0].contiguous(format);
     torch::Tensor dx = torch::empty(ctx->saved_data["sizes"].toIntVector(), dy.options().memory_format(format));
-    const Planes s = planes_of(dx);
-    if (relu) {
-      const torch::Tensor y = ctx->get_saved_variables()[0];
-      pool_backward<true>(dy.data_ptr<float>(), y.data_ptr<float>(), arg.data_ptr<uint8_t>(), s,
-                          dx.data_ptr<float>());
-    } else {
-      pool_backward<false>(dy.data_ptr<float>(), nullptr, arg.data_ptr<uint8_t>(), s, dx.data_ptr<float>());
-    }
+    const torch::Tensor y = relu ? ctx->get_saved_variables()[0] : torch::Tensor();
+    const auto unpool = relu ? pool_backward<true> : pool_backward<false>;
+    unpool(dy.data_ptr<float>(), relu ? y.data_ptr<float>() : nullptr, arg.data_ptr<uint8_t>(), planes_of(dx),
+           dx.data_ptr<float>());
     return {dx, {}};
   }
 };
@@ -200,10 +195,8 @@ class MaxPoolFunction : public torch::autograd::Function<MaxPoolFunction> {
 }  // namespace
 
 bool pools_by_hand(const torch::Tensor& x) {
-  // One intra-op thread, as for the fused batch norm: the loop runs on the calling thread, and
-  // LibTorch's kernels, shared among two threads, are the faster ones on most shapes.
-  return at::get_num_threads() == 1 && x.dim() == 4 && x.device().is_cpu() && x.scalar_type() == torch::kFloat &&
-         x.size(2) >= 2 && x.size(3) >= 2 &&
+  // On two intra-op threads LibTorch's kernels are the faster ones on most shapes.
+  return runs_by_hand(x) && x.dim() == 4 && x.size(2) >= 2 && x.size(3) >= 2 &&
          (x.is_contiguous() || x.is_contiguous(torch::MemoryFormat::ChannelsLast));
 }
 
