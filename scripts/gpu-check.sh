@@ -4,6 +4,7 @@
 #
 #   scripts/gpu-check.sh pack DEPS                  # here (Debian): copy what that machine lacks
 #   scripts/gpu-check.sh run DEPS OUT SECONDS [EXPERIMENT.json...]   # there
+#   scripts/gpu-check.sh speed DEPS OUT ROUNDS      # there: the one-GPU speed table
 #
 # `run` builds in build-gpu, runs `ctest -L unit`, then trains each experiment file with
 # `stalepipe sweep` until SECONDS (counted from the script's start) have passed; a sweep stopped
@@ -87,8 +88,64 @@ print(os.path.normpath(os.path.join(os.path.dirname(e), j["out"])), *j.get("seed
   done
 }
 
+# One training run on the GPU: its steady rate is the images/s of its last epoch (the first
+# holds cuDNN's autotuning and the allocator's growth). Appends a JSON line to OUT/speed.jsonl.
+ours() {
+  local name=$1; shift
+  local dir=/tmp/speed-$name
+  rm -rf "$dir"
+  if ! build-gpu/apps/stalepipe/stalepipe train --progress none --drop-last --out "$dir" "$@" > "$dir.log" 2>&1; then
+    echo "$name: failed"; tail -n 3 "$dir.log"; return 1
+  fi
+  python3 - "$dir/metrics.jsonl" "$name" "$*" >> "$OUT/speed.jsonl" <<'PY'
+import json, sys
+epochs = [j for j in map(json.loads, open(sys.argv[1])) if j.get("type") == "epoch"]
+print(json.dumps({"who": "stalepipe", "config": sys.argv[2], "flags": sys.argv[3],
+                  "images_per_second": round(epochs[-1]["images_per_second"], 1),
+                  "test_accuracy": epochs[-1].get("test_accuracy")}))
+PY
+  tail -n 1 "$OUT/speed.jsonl"
+}
+
+peer() {
+  local name=$1; shift
+  python3 bench/gpu_peer.py "$@" --json /tmp/peer.jsonl > /dev/null || return 1
+  python3 -c 'import json,sys; j=json.loads(open("/tmp/peer.jsonl").readlines()[-1]); j["config"]=sys.argv[1]; print(json.dumps(j))' \
+    "$name" >> "$OUT/speed.jsonl"
+  tail -n 1 "$OUT/speed.jsonl"
+}
+
+# ROUNDS alternated rounds of ours (real Fashion-MNIST through the loader) and PyTorch eager's
+# (a fixed batch on the device), then the medians (bench/gpu_table.py).
+speed() {
+  DEPS=$(realpath "$1"); OUT=$2; local rounds=$3
+  mkdir -p "$OUT"
+  export CPATH="$DEPS/prefix/include"
+  if [ ! -d /usr/share/datasets/fashion-mnist ]; then
+    mkdir -p /usr/share/datasets && cp -r "$DEPS/fashion-mnist" /usr/share/datasets/
+  fi
+  { nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; nproc
+    python3 -c 'import torch; print("torch", torch.__version__, torch.version.cuda)'; git log -1 --format=%h; } > "$OUT/machine.txt" 2>&1
+  cat "$OUT/machine.txt"
+  step gtest gtest_prefix && step configure configure && step build cmake --build build-gpu -j"$(nproc)" --target stalepipe ||
+    return 1
+  local r56=(--model resnet56 --devices cuda:0 --layout channels-last --epochs 2)
+  for ((r = 1; r <= rounds; ++r)); do
+    ours resnet56-b128-1p "${r56[@]}" --batch-size 128
+    peer resnet56-b128 --model resnet56 --batch-size 128 --layout channels-last
+    ours resnet56-b128-2p "${r56[@]}" --batch-size 128 --pipeline 25 --devices cuda:0,cuda:0
+    peer resnet56-b128 --model resnet56 --batch-size 128 --layout nchw
+    ours resnet56-b512-1p "${r56[@]}" --batch-size 512
+    peer resnet56-b512 --model resnet56 --batch-size 512 --layout channels-last
+    ours lenet5-b128-1p --model lenet5 --devices cuda:0 --epochs 3 --batch-size 128
+    peer lenet5-b128 --model lenet5 --batch-size 128 --layout nchw
+  done
+  python3 bench/gpu_table.py "$OUT/speed.jsonl" | tee "$OUT/speed.md"
+}
+
 case "${1:-}" in
   pack) pack "$2" ;;
   run) shift; run "$@" ;;
-  *) echo "usage: $0 pack DEPS | run DEPS OUT SECONDS [EXPERIMENT.json...]" >&2; exit 2 ;;
+  speed) shift; speed "$@" ;;
+  *) echo "usage: $0 pack DEPS | run DEPS OUT SECONDS [EXPERIMENT.json...] | speed DEPS OUT ROUNDS" >&2; exit 2 ;;
 esac

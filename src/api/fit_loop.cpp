@@ -63,6 +63,7 @@ PipelineTrainer::Segment PipelineTrainer::run_fit_segment(BatchSource& source, i
   };
   context.stop = hooks.stop;
   context.on_op = hooks.on_op;
+  if (!info_.devices.empty()) context.read_losses_every = exec::default_read_losses_every(info_.devices.back());
   const int64_t first = next_step_;
   const int64_t suspended_before = suspended_ns(hooks);
   const auto start = Clock::now();

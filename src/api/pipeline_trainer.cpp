@@ -220,7 +220,7 @@ EvalResult PipelineTrainer::evaluate(BatchSource& test) {
     sums[0] += options_.optimizer().loss()(out, target).item<double>() * n;
     if (const auto& metric = options_.optimizer().metric()) {
       const exec::Score score = metric(out, target);
-      sums[1] += static_cast<double>(score.correct);
+      sums[1] += static_cast<double>(exec::correct_of(score));
       sums[3] += static_cast<double>(score.scored);
     }
     sums[2] += n;

@@ -119,13 +119,16 @@ Batch Loader::batch(int64_t epoch, int64_t index, const std::vector<int64_t>& or
   Batch out;
   out.epoch = epoch;
   out.index = index;
-  out.x = x.to(torch::kFloat32);
+  // Page-locked where a GPU takes the batch, so its copy needs no wait for the device.
+  out.x = torch::empty(x.sizes(), torch::TensorOptions(torch::kFloat32).pinned_memory(options_.pin_memory()));
+  out.x.copy_(x);
   if (options_.normalization().empty()) {
     out.x.div_(255.0);
   } else {
     out.x.mul_(scale_).add_(shift_);
   }
   out.y = data_.labels.index_select(0, ids);
+  if (options_.pin_memory()) out.y = out.y.pin_memory();
   return out;
 }
 

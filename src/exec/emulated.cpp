@@ -9,29 +9,26 @@
 namespace stalepipe::exec {
 namespace {
 
-// Mailboxes: messages wait in FIFO order until the receiving worker's operation runs.
+// Mailboxes, one per route: messages wait in FIFO order until the receiving worker's operation
+// runs.
 class MailboxLinks final : public detail::Links {
  public:
-  explicit MailboxLinks(int workers) : activations_(workers), gradients_(workers) {}
-  detail::Message recv_activation(int worker) override { return take(activations_[worker], worker); }
-  void send_activation(int worker, detail::Message m) override {
-    activations_[worker + 1].push_back(std::move(m));
+  explicit MailboxLinks(const detail::Wiring& wiring) : boxes_(wiring.routes().size()) {}
+  void send(const detail::Route& route, detail::Message m) override {
+    if (!m.stop) detail::Wiring::check_names(route, m.names());
+    boxes_[route.id].push_back(std::move(m));
   }
-  detail::Message recv_gradient(int worker) override { return take(gradients_[worker], worker); }
-  void send_gradient(int worker, detail::Message m) override {
-    gradients_[worker - 1].push_back(std::move(m));
-  }
-
- private:
-  static detail::Message take(std::deque<detail::Message>& box, int worker) {
-    SP_CHECK(!box.empty(), "emulated executor: worker ", worker + 1,
+  detail::Message recv(const detail::Route& route) override {
+    auto& box = boxes_[route.id];
+    SP_CHECK(!box.empty(), "emulated executor: worker ", route.destination + 1,
              " waits for a message that the global order has not produced");
     detail::Message m = std::move(box.front());
     box.pop_front();
     return m;
   }
-  std::vector<std::deque<detail::Message>> activations_;  // [receiver]
-  std::vector<std::deque<detail::Message>> gradients_;    // [receiver]
+
+ private:
+  std::vector<std::deque<detail::Message>> boxes_;  // [route id]
 };
 
 }  // namespace
@@ -40,10 +37,11 @@ SegmentResult EmulatedExecutor::run(const schedule::Schedule& schedule,
                                     std::vector<Stage*>& stages, const SegmentContext& context) {
   detail::check_stages(schedule, stages);
   const int K = schedule.num_workers;
-  MailboxLinks links(K);
+  const auto wiring = detail::Wiring::chain(K);
+  MailboxLinks links(wiring);
   std::vector<detail::WorkerLoop> loops;
   loops.reserve(K);
-  for (int k = 0; k < K; ++k) loops.emplace_back(schedule, k, *stages[k], links, context);
+  for (int k = 0; k < K; ++k) loops.emplace_back(schedule, wiring, k, *stages[k], links, context);
   std::vector<size_t> next(K, 0);
   int current_threads = -1;
   for (const auto& g : schedule::global_order(schedule)) {
@@ -59,6 +57,14 @@ SegmentResult EmulatedExecutor::run(const schedule::Schedule& schedule,
     } catch (...) {
       for (Stage* s : stages) s->clear_in_flight();
       detail::rethrow_with_context(std::current_exception(), g.worker, g.op.step);
+    }
+  }
+  for (int k = 0; k < K; ++k) {
+    try {
+      loops[k].finish();
+    } catch (...) {
+      for (Stage* s : stages) s->clear_in_flight();
+      detail::rethrow_with_context(std::current_exception(), k, loops[k].current_step());
     }
   }
   SegmentResult result;

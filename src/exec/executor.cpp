@@ -17,6 +17,8 @@ ExecutorKind executor_from_name(const std::string& name, const std::string& fiel
 
 std::string to_string(ExecutorKind kind) { return name_of(kExecutorNames, kind); }
 
+int64_t default_read_losses_every(const torch::Device& device) { return device.is_cpu() ? 1 : 32; }
+
 std::unique_ptr<Executor> make_executor(ExecutorKind kind) {
   SP_CHECK_ARG(kind != ExecutorKind::kProcesses,
                "PipelineOptions::executor processes runs one partition per process: it needs a "

@@ -57,7 +57,11 @@ std::vector<std::string> loss_names() {
 
 Score top1_accuracy(const torch::Tensor& output, const torch::Tensor& target) {
   if (output.dim() != 2 || target.dim() != 1 || target.scalar_type() != torch::kLong) return {};
-  return {output.argmax(1).eq(target).sum().item<int64_t>(), target.size(0)};
+  return {0, target.size(0), output.argmax(1).eq(target).sum()};
+}
+
+int64_t correct_of(const Score& score) {
+  return score.correct_count.defined() ? score.correct_count.item<int64_t>() : score.correct;
 }
 
 }  // namespace stalepipe::exec

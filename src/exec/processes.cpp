@@ -350,64 +350,64 @@ void ProcessGroup::barrier() {
 
 namespace {
 
-// Tags: 8 per message slot (activation, target, gradient; header and payload each), a slot
-// being a (step, micro-batch) pair; evaluation batches use a range of their own.
-enum Slot { kActivation = 0, kTarget = 2, kGradient = 4 };
-int eval_tag(int64_t index, Slot slot) {
+// Tags: each (step, micro-batch) index has a block of tags, two (header, payload) for every
+// tensor of every route; evaluation batches use a range of their own above 2^29.
+enum EvalSlot { kEvalActivation = 0, kEvalTarget = 2 };
+int eval_tag(int64_t index, EvalSlot slot) {
   return (1 << 29) + static_cast<int>((index % (1 << 24)) * 8 + slot);
 }
 
-// Worker `rank`'s links over the group. recv_* do not get the step, so the links follow the
-// worker's operation list: the n-th receive of an activation belongs to the n-th forward
-// (a stopped segment skips only a suffix of forwards and backwards).
+// Worker `rank`'s links over the group. A message goes as its tensors in the route's order,
+// each a header and a payload (the first header carries the stop mark and the batch size); a
+// stop marker is one header. recv() does not get the step, so the links follow the worker's
+// operation list: the n-th receive of an activation belongs to the n-th forward (a stopped
+// segment skips only a suffix of forwards and backwards).
 class GroupLinks final : public detail::Links {
  public:
-  GroupLinks(ProcessGroup& group, const schedule::Schedule& schedule, int rank)
+  GroupLinks(ProcessGroup& group, const detail::Wiring& wiring, const schedule::Schedule& schedule, int rank)
       : group_(group), micro_batches_(schedule.micro_batches) {
+    for (const auto& route : wiring.routes()) {
+      first_tag_.push_back(tags_per_index_);
+      tags_per_index_ += 2 * static_cast<int64_t>(route.names.size());
+    }
+    SP_CHECK(tags_per_index_ <= 512, "processes executor: ", tags_per_index_,
+             " tags per mini-batch are more than the 512 the tag space holds");
     for (const auto& op : schedule.worker_ops[rank]) {
       if (op.kind == schedule::OpKind::kForward) forwards_.push_back(op);
       if (op.kind == schedule::OpKind::kBackward) backwards_.push_back(op);
     }
   }
-  detail::Message recv_activation(int worker) override {
-    const schedule::Op op = next(forwards_, next_forward_);
-    auto in = group_.recv_tensor(worker - 1, tag(op.step, op.micro, kActivation));
-    detail::Message m;
-    m.step = in.step;
-    m.micro = op.micro;
-    m.stop = in.stop;
-    m.tensor = std::move(in.tensor);
-    if (!m.stop) {
-      auto target = group_.recv_tensor(worker - 1, tag(op.step, op.micro, kTarget));
-      m.target = std::move(target.tensor);
-      m.batch_samples = target.aux;
+  void send(const detail::Route& route, detail::Message m) override {
+    if (m.stop) {
+      group_.send_tensor({}, route.destination, tag(route, m.step, m.micro, 0), m.step, true);
+      return;
     }
-    return m;
-  }
-  void send_activation(int worker, detail::Message m) override {
-    group_.send_tensor(m.tensor, worker + 1, tag(m.step, m.micro, kActivation), m.step, m.stop);
-    if (!m.stop) {
-      group_.send_tensor(m.target, worker + 1, tag(m.step, m.micro, kTarget), m.step, false,
-                         m.batch_samples);
+    detail::Wiring::check_names(route, m.names());
+    for (size_t i = 0; i < m.tensors.size(); ++i) {
+      group_.send_tensor(m.tensors[i].second, route.destination, tag(route, m.step, m.micro, i), m.step,
+                         false, m.batch_samples);
     }
   }
-  detail::Message recv_gradient(int worker) override {
-    const schedule::Op op = next(backwards_, next_backward_);
-    auto in = group_.recv_tensor(worker + 1, tag(op.step, op.micro, kGradient));
+  detail::Message recv(const detail::Route& route) override {
+    const bool forward = route.lane == detail::Lane::kActivation;
+    const schedule::Op op = forward ? next(forwards_, next_forward_) : next(backwards_, next_backward_);
     detail::Message m;
-    m.step = in.step;
     m.micro = op.micro;
-    m.tensor = std::move(in.tensor);
+    for (size_t i = 0; i < route.names.size(); ++i) {
+      auto in = group_.recv_tensor(route.source, tag(route, op.step, op.micro, i));
+      m.step = in.step;
+      m.stop = in.stop;
+      if (m.stop) break;
+      m.batch_samples = in.aux;
+      m.put(route.names[i], std::move(in.tensor));
+    }
     return m;
-  }
-  void send_gradient(int worker, detail::Message m) override {
-    group_.send_tensor(m.tensor, worker - 1, tag(m.step, m.micro, kGradient), m.step);
   }
 
  private:
-  int tag(int64_t step, int micro, Slot slot) const {
-    const int64_t index = step * micro_batches_ + micro;
-    return static_cast<int>((index % (1 << 25)) * 8 + slot);
+  int tag(const detail::Route& route, int64_t step, int micro, size_t tensor) const {
+    const int64_t index = (step * micro_batches_ + micro) % (1 << 20);
+    return static_cast<int>(index * tags_per_index_ + first_tag_[route.id] + 2 * static_cast<int64_t>(tensor));
   }
   static schedule::Op next(const std::vector<schedule::Op>& ops, size_t& i) {
     SP_CHECK(i < ops.size(), "processes executor: more messages than the schedule has operations");
@@ -415,6 +415,8 @@ class GroupLinks final : public detail::Links {
   }
   ProcessGroup& group_;
   int micro_batches_;
+  std::vector<int64_t> first_tag_;  // [route id]: its first tag within an index's block
+  int64_t tags_per_index_ = 0;
   std::vector<schedule::Op> forwards_, backwards_;
   size_t next_forward_ = 0, next_backward_ = 0;
 };
@@ -432,10 +434,11 @@ class ProcessesExecutor final : public Executor {
              group_->size(), " ranks");
     detail::check_stages(schedule, stages);
     detail::use_worker_threads(context, r);
-    GroupLinks links(*group_, schedule, r);
-    detail::WorkerLoop loop(schedule, r, *stages[r], links, context);
+    const auto wiring = detail::Wiring::chain(K);
+    GroupLinks links(*group_, wiring, schedule, r);
+    detail::WorkerLoop loop(schedule, wiring, r, *stages[r], links, context);
     try {
-      for (size_t i = 0; i < loop.num_ops(); ++i) loop.run_op(i);
+      loop.run_all();
       group_->flush();
     } catch (...) {
       stages[r]->clear_in_flight();
@@ -466,15 +469,15 @@ DistributedPrediction predict_distributed(ProcessGroup& group, Stage& stage,
   const int K = group.size();
   DistributedPrediction out;
   try {
-    torch::Tensor x = r == 0 ? input : group.recv_tensor(r - 1, eval_tag(index, kActivation)).tensor;
+    torch::Tensor x = r == 0 ? input : group.recv_tensor(r - 1, eval_tag(index, kEvalActivation)).tensor;
     torch::Tensor y = stage.predict(x);
     if (r + 1 < K) {
-      group.send_tensor(y, r + 1, eval_tag(index, kActivation), index);
-      if (r == 0) group.send_tensor(target, K - 1, eval_tag(index, kTarget), index);
+      group.send_tensor(y, r + 1, eval_tag(index, kEvalActivation), index);
+      if (r == 0) group.send_tensor(target, K - 1, eval_tag(index, kEvalTarget), index);
       return out;
     }
     out.output = y;
-    out.target = r == 0 ? target : group.recv_tensor(0, eval_tag(index, kTarget)).tensor;
+    out.target = r == 0 ? target : group.recv_tensor(0, eval_tag(index, kEvalTarget)).tensor;
   } catch (...) {
     group.mark_failed();
     throw;

@@ -15,7 +15,7 @@ Stage::Stage(int index, int num_stages, torch::nn::Sequential module, torch::Dev
              optim::SgdOptions sgd, Objective objective, uint64_t seed, torch::MemoryFormat memory_format,
              size_t recompute_units)
     : index_(index), num_stages_(num_stages), module_(std::move(module)), device_(device),
-      objective_(std::move(objective)), seed_(seed), memory_format_(memory_format),
+      stream_(make_stream(device)), objective_(std::move(objective)), seed_(seed), memory_format_(memory_format),
       recompute_units_(recompute_units) {
   SP_CHECK_ARG(recompute_units_ <= module_->size(), "partition ", index_ + 1, " has ", module_->size(),
                " units; cannot recompute ", recompute_units_);
@@ -31,8 +31,15 @@ Stage::Stage(int index, int num_stages, torch::nn::Sequential module, torch::Dev
   }
 }
 
+torch::Tensor Stage::to_device(const torch::Tensor& t) const {
+  // To a GPU the copy is queued on this stage's stream: from page-locked memory (the loader's
+  // pin_memory) the host goes on at once, from pageable memory CUDA waits as it must. Never
+  // asynchronous towards the host, which would read before the copy is done.
+  return t.to(torch::TensorOptions().device(device_), /*non_blocking=*/device_.is_cuda());
+}
+
 torch::Tensor Stage::prepare_input(const torch::Tensor& input) const {
-  torch::Tensor x = models::in_memory_format(input.to(device_), memory_format_);
+  torch::Tensor x = models::in_memory_format(to_device(input), memory_format_);
   if (is_first()) return x;
   // A leaf of this stage's graph, so backward() yields the gradient to send upstream.
   return x.detach().requires_grad_(true);
@@ -149,24 +156,22 @@ torch::Tensor Stage::forward(int64_t step, const torch::Tensor& input, int micro
   return register_value;
 }
 
-StepLoss Stage::forward_loss(int64_t step, const torch::Tensor& input,
+PendingLoss Stage::forward_loss(int64_t step, const torch::Tensor& input,
                              const torch::Tensor& target, int micro, double loss_scale) {
   SP_CHECK(is_last(), "partition ", index_ + 1, ": forward_loss() on a non-last partition");
   Pending p;
   p.input = prepare_input(input);
   const torch::Tensor output = forward_with_weights(step, micro, p);
-  const torch::Tensor y = target.to(device_);
+  const torch::Tensor y = to_device(target);
   const torch::Tensor loss = objective_.loss(output, y);
   SP_CHECK(loss.numel() == 1, "the loss (", objective_.loss.name(), ") gave ", loss.sizes(),
            " for output ", output.sizes(), " and target ", y.sizes(), "; a loss must be a scalar");
   p.output = loss_scale == 1.0 ? loss : loss * loss_scale;
-  StepLoss result;
-  result.loss = loss.item<double>();
+  PendingLoss result;
+  result.loss = loss.detach();
   if (objective_.metric) {
     torch::NoGradGuard no_grad;
-    const exec::Score score = objective_.metric(output.detach(), y);
-    result.correct = score.correct;
-    result.scored = score.scored;
+    result.score = objective_.metric(output.detach(), y);
   }
   result.samples = y.size(0);
   in_flight_.emplace(Key{step, micro}, std::move(p));

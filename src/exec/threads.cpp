@@ -1,4 +1,5 @@
 // One thread per partition; pipeline registers are bounded channels between neighbours.
+#include <algorithm>
 #include <mutex>
 #include <thread>
 
@@ -13,36 +14,29 @@ namespace {
 
 class ChannelLinks final : public detail::Links {
  public:
-  // capacity[k]: messages that may wait between worker k and k+1 in either direction. Sized
-  // from the schedule (the upstream worker's in-flight count, plus a stop marker), so a send
-  // never blocks in a correct run.
-  explicit ChannelLinks(const std::vector<size_t>& capacity) {
-    for (size_t c : capacity) {
-      down_.push_back(std::make_unique<Channel<detail::Message>>(c));
-      up_.push_back(std::make_unique<Channel<detail::Message>>(c));
+  // A channel per route. capacity[k]: messages that may wait on a route whose upstream end is
+  // worker k (its in-flight count, plus a stop marker), so a send never blocks in a correct run.
+  ChannelLinks(const detail::Wiring& wiring, const std::vector<size_t>& capacity) {
+    for (const detail::Route& r : wiring.routes()) {
+      channels_.push_back(std::make_unique<Channel<detail::Message>>(capacity[std::min(r.source, r.destination)]));
     }
   }
-  detail::Message recv_activation(int worker) override { return take(*down_[worker - 1]); }
-  void send_activation(int worker, detail::Message m) override { put(*down_[worker], std::move(m)); }
-  detail::Message recv_gradient(int worker) override { return take(*up_[worker]); }
-  void send_gradient(int worker, detail::Message m) override { put(*up_[worker - 1], std::move(m)); }
-
-  void close_all() {
-    for (auto& c : down_) c->close();
-    for (auto& c : up_) c->close();
+  void send(const detail::Route& route, detail::Message m) override {
+    if (!m.stop) detail::Wiring::check_names(route, m.names());
+    if (!channels_[route.id]->push(std::move(m))) throw detail::Cancelled();
   }
-
- private:
-  static detail::Message take(Channel<detail::Message>& channel) {
-    auto m = channel.pop();
+  detail::Message recv(const detail::Route& route) override {
+    auto m = channels_[route.id]->pop();
     if (!m) throw detail::Cancelled();
     return std::move(*m);
   }
-  static void put(Channel<detail::Message>& channel, detail::Message m) {
-    if (!channel.push(std::move(m))) throw detail::Cancelled();
+
+  void close_all() {
+    for (auto& c : channels_) c->close();
   }
-  std::vector<std::unique_ptr<Channel<detail::Message>>> down_;  // k -> k+1: activations
-  std::vector<std::unique_ptr<Channel<detail::Message>>> up_;    // k+1 -> k: gradients
+
+ private:
+  std::vector<std::unique_ptr<Channel<detail::Message>>> channels_;  // [route id]
 };
 
 }  // namespace
@@ -56,7 +50,8 @@ SegmentResult ThreadsExecutor::run(const schedule::Schedule& schedule,
   for (int k = 0; k + 1 < K; ++k) {
     capacity.push_back(static_cast<size_t>(stats.workers[k].max_in_flight) * schedule.micro_batches + 1);
   }
-  ChannelLinks links(capacity);
+  const auto wiring = detail::Wiring::chain(K);
+  ChannelLinks links(wiring, capacity);
 
   std::mutex error_mutex;
   std::exception_ptr first_error;
@@ -64,13 +59,13 @@ SegmentResult ThreadsExecutor::run(const schedule::Schedule& schedule,
   int64_t error_step = -1;
   std::vector<detail::WorkerLoop> loops;
   loops.reserve(K);
-  for (int k = 0; k < K; ++k) loops.emplace_back(schedule, k, *stages[k], links, context);
+  for (int k = 0; k < K; ++k) loops.emplace_back(schedule, wiring, k, *stages[k], links, context);
 
   auto body = [&](int k) {
     detail::use_worker_threads(context, k);
     auto& loop = loops[k];
     try {
-      for (size_t i = 0; i < loop.num_ops(); ++i) loop.run_op(i);
+      loop.run_all();
     } catch (const detail::Cancelled&) {
       // Another worker failed first; its error is the one reported.
     } catch (...) {

@@ -2,6 +2,7 @@
 
 #include <ATen/Parallel.h>
 #include <chrono>
+#include <algorithm>
 #include <cmath>
 
 #include <c10/util/Exception.h>
@@ -15,8 +16,50 @@ double steady_seconds() {
 
 }  // namespace
 
+WorkerLoop::WorkerLoop(const schedule::Schedule& schedule, const Wiring& wiring, int worker,
+                       Stage& stage, Links& links, const SegmentContext& context)
+    : schedule_(schedule), worker_(worker), stage_(stage), links_(links), context_(context),
+      cutoff_(schedule.end_step) {
+  const int K = schedule.num_workers;
+  if (worker > 0) {
+    activation_in_ = &wiring.find(worker - 1, worker, Lane::kActivation);
+    gradient_out_ = &wiring.find(worker, worker - 1, Lane::kGradient);
+  }
+  if (worker + 1 < K) {
+    activation_out_ = &wiring.find(worker, worker + 1, Lane::kActivation);
+    gradient_in_ = &wiring.find(worker + 1, worker, Lane::kGradient);
+  }
+  stage_.begin_segment(schedule, context.lr);
+  stage_.stream().join_current();
+}
+
+void WorkerLoop::run_all() {
+  for (size_t i = 0; i < num_ops(); ++i) run_op(i);
+  finish();
+}
+
+void WorkerLoop::finish() {
+  const auto on_stream = stage_.stream().enter();
+  read_losses();
+  stage_.stream().synchronize();
+}
+
+Message WorkerLoop::receive(const Route* route) {
+  Message m = links_.recv(*route);
+  DeviceStream& stream = stage_.stream();
+  stream.wait(m.ready.get());
+  for (const auto& entry : m.tensors) stream.hold(entry.second);
+  return m;
+}
+
+void WorkerLoop::send(const Route* route, Message message) {
+  message.ready = stage_.stream().record();
+  links_.send(*route, std::move(message));
+}
+
 void WorkerLoop::run_op(size_t i) {
   const schedule::Op& op = schedule_.worker_ops[worker_][i];
+  const auto on_stream = stage_.stream().enter();
   if (!context_.on_op) {
     execute(op);
     return;
@@ -53,7 +96,7 @@ Message WorkerLoop::next_input(int64_t step, int micro) {
   in.step = step;
   in.micro = micro;
   if (worker_ != 0) {
-    in = links_.recv_activation(worker_);
+    in = receive(activation_in_);
     SP_CHECK(in.step == step && in.micro == micro, "pipeline register out of order: expected ",
              schedule::to_string({schedule::OpKind::kForward, step, micro}), ", received ",
              schedule::to_string({schedule::OpKind::kForward, in.step, in.micro}));
@@ -81,8 +124,8 @@ Message WorkerLoop::next_input(int64_t step, int micro) {
       micro_target_ = torch::tensor_split(batch.target, M);
     }
   }
-  in.tensor = std::move(micro_x_[micro]);
-  in.target = std::move(micro_target_[micro]);
+  in.put(kActivation, std::move(micro_x_[micro]));
+  in.put(kTarget, std::move(micro_target_[micro]));
   in.batch_samples = batch_samples_;
   return in;
 }
@@ -93,46 +136,38 @@ void WorkerLoop::forward(int64_t step, int micro) {
   input_arrived();
   if (in.stop) {
     cutoff_ = step;
-    if (!last) links_.send_activation(worker_, std::move(in));
+    if (!last) send(activation_out_, std::move(in));
     return;
   }
   if (last) {
-    const double share = static_cast<double>(in.target.size(0)) / static_cast<double>(in.batch_samples);
-    const StepLoss loss = stage_.forward_loss(step, in.tensor, in.target, micro, share);
-    // Costs nothing: the loss is on the host already. Stops the run at the first bad step.
-    if (!std::isfinite(loss.loss)) {
-      throw DivergedError(c10::str("training loss is ", loss.loss));
-    }
-    if (micro == 0) step_loss_ = StepLoss();
-    step_loss_.loss += loss.loss * static_cast<double>(loss.samples);
-    step_loss_.correct += loss.correct;
-    step_loss_.scored += loss.scored;
-    step_loss_.samples += loss.samples;
-    if (micro == schedule_.micro_batches - 1 && context_.on_step) {
-      StepLoss total = step_loss_;
-      total.step = step;
-      total.loss /= static_cast<double>(total.samples);
-      context_.on_step(step, total);
+    const torch::Tensor& target = in.at(kTarget);
+    const double share = static_cast<double>(target.size(0)) / static_cast<double>(in.batch_samples);
+    losses_.push_back(stage_.forward_loss(step, in.at(kActivation), target, micro, share));
+    loss_steps_.push_back(step);
+    const int64_t every = std::max<int64_t>(1, context_.read_losses_every);
+    if (micro == schedule_.micro_batches - 1 &&
+        static_cast<int64_t>(losses_.size()) >= every * schedule_.micro_batches) {
+      read_losses();
     }
     return;
   }
   Message out;
   out.step = step;
   out.micro = micro;
-  out.tensor = stage_.forward(step, in.tensor, micro);
-  out.target = std::move(in.target);
+  out.put(kActivation, stage_.forward(step, in.at(kActivation), micro));
+  out.put(kTarget, std::move(in.at(kTarget)));
   out.batch_samples = in.batch_samples;
-  links_.send_activation(worker_, std::move(out));
+  send(activation_out_, std::move(out));
 }
 
 void WorkerLoop::backward(int64_t step, int micro) {
   torch::Tensor grad_output;
   if (worker_ != schedule_.num_workers - 1) {
-    Message in = links_.recv_gradient(worker_);
+    Message in = receive(gradient_in_);
     SP_CHECK(in.step == step && in.micro == micro, "gradient out of order: expected ",
              schedule::to_string({schedule::OpKind::kBackward, step, micro}), ", received ",
              schedule::to_string({schedule::OpKind::kBackward, in.step, in.micro}));
-    grad_output = std::move(in.tensor);
+    grad_output = std::move(in.at(kGradient));
     input_arrived();
   }
   torch::Tensor grad_input = stage_.backward(step, grad_output, micro);
@@ -140,9 +175,48 @@ void WorkerLoop::backward(int64_t step, int micro) {
     Message out;
     out.step = step;
     out.micro = micro;
-    out.tensor = std::move(grad_input);
-    links_.send_gradient(worker_, std::move(out));
+    out.put(kGradient, std::move(grad_input));
+    send(gradient_out_, std::move(out));
   }
+}
+
+void WorkerLoop::read_losses() {
+  if (losses_.empty()) return;
+  std::vector<torch::Tensor> values, counts;
+  for (const PendingLoss& l : losses_) {
+    values.push_back(l.loss.reshape({}));
+    if (l.score.correct_count.defined()) counts.push_back(l.score.correct_count.reshape({}));
+  }
+  // One copy each from the device; float to double is exact, as item<double>() was.
+  const torch::Tensor loss = torch::stack(values).to(torch::kDouble).cpu();
+  const torch::Tensor count = counts.empty() ? torch::Tensor() : torch::stack(counts).to(torch::kLong).cpu();
+  const double* loss_at = loss.data_ptr<double>();
+  const int64_t* count_at = counts.empty() ? nullptr : count.data_ptr<int64_t>();
+  StepLoss total;
+  size_t next_count = 0;
+  for (size_t i = 0; i < losses_.size(); ++i) {
+    const PendingLoss& l = losses_[i];
+    if (!std::isfinite(loss_at[i])) {
+      current_step_ = loss_steps_[i];  // the step the error names
+      losses_.clear();
+      loss_steps_.clear();
+      throw DivergedError(c10::str("training loss is ", loss_at[i]));
+    }
+    if (i == 0 || loss_steps_[i] != loss_steps_[i - 1]) total = StepLoss();
+    total.loss += loss_at[i] * static_cast<double>(l.samples);
+    total.correct += l.score.correct_count.defined() ? count_at[next_count++] : l.score.correct;
+    total.scored += l.score.scored;
+    total.samples += l.samples;
+    const bool step_ends = i + 1 == losses_.size() || loss_steps_[i + 1] != loss_steps_[i];
+    if (step_ends && context_.on_step) {
+      StepLoss report = total;
+      report.step = loss_steps_[i];
+      report.loss /= static_cast<double>(report.samples);
+      context_.on_step(report.step, report);
+    }
+  }
+  losses_.clear();
+  loss_steps_.clear();
 }
 
 void use_worker_threads(const SegmentContext& context, int worker) {

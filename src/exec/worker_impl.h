@@ -1,5 +1,6 @@
-// The loop every executor runs for one worker: walk the worker's operations, moving tensors
-// through a Links implementation. Private to src/exec.
+// The loop every executor runs for one worker: walk the worker's operations, moving messages
+// along the pipeline's routes through a Links implementation (links_impl.h). Private to
+// src/exec.
 #pragma once
 
 #include <cstdint>
@@ -8,30 +9,10 @@
 #include <string>
 
 #include "stalepipe/common/error.h"
+#include "links_impl.h"
 #include "stalepipe/exec/executor.h"
 
 namespace stalepipe::exec::detail {
-
-// A pipeline-register message. `stop` marks "no mini-batch from this step on".
-struct Message {
-  int64_t step = 0;
-  int micro = 0;
-  torch::Tensor tensor;
-  torch::Tensor target;       // travels with the activation to the last worker
-  int64_t batch_samples = 0;  // samples in the whole mini-batch (weights a micro-batch's loss)
-  bool stop = false;
-};
-
-// How worker k exchanges messages with its neighbours. recv_* block until the message is
-// there, and throw Cancelled if the pipeline is aborting.
-class Links {
- public:
-  virtual ~Links() = default;
-  virtual Message recv_activation(int worker) = 0;  // from worker-1
-  virtual void send_activation(int worker, Message message) = 0;  // to worker+1
-  virtual Message recv_gradient(int worker) = 0;  // from worker+1
-  virtual void send_gradient(int worker, Message message) = 0;  // to worker-1
-};
 
 // Thrown inside a worker when another worker failed; never reaches the user.
 struct Cancelled : std::exception {
@@ -42,15 +23,17 @@ struct Cancelled : std::exception {
 // mini-batches (schedule.end_step if it was not stopped).
 class WorkerLoop {
  public:
-  WorkerLoop(const schedule::Schedule& schedule, int worker, Stage& stage, Links& links,
-             const SegmentContext& context)
-      : schedule_(schedule), worker_(worker), stage_(stage), links_(links), context_(context),
-        cutoff_(schedule.end_step) {
-    stage_.begin_segment(schedule, context.lr);
-  }
+  WorkerLoop(const schedule::Schedule& schedule, const Wiring& wiring, int worker, Stage& stage,
+             Links& links, const SegmentContext& context);
 
-  // Runs operation i of this worker (in program order); reports it to context.on_op if set.
+  // Runs operation i of this worker (in program order), on the stage's stream; reports it to
+  // context.on_op if set.
   void run_op(size_t i);
+  // Runs every operation, then finish().
+  void run_all();
+  // Reads the losses still on the device and waits for the stage's stream: the segment's work
+  // is done when this returns (with read_losses(), the only waits for a device in a segment).
+  void finish();
   size_t num_ops() const { return schedule_.worker_ops[worker_].size(); }
   int64_t cutoff() const { return cutoff_; }
   int64_t current_step() const { return current_step_; }
@@ -59,13 +42,24 @@ class WorkerLoop {
   void execute(const schedule::Op& op);
   void input_arrived();
   Message next_input(int64_t step, int micro);
+  // The next message of `route`, its tensors readable on this worker's stream.
+  Message receive(const Route* route);
+  void send(const Route* route, Message message);
   void forward(int64_t step, int micro);
   void backward(int64_t step, int micro);
+  // The last worker: reports every loss held to context.on_step, in step order; throws
+  // DivergedError at the first that is not finite.
+  void read_losses();
 
   const schedule::Schedule& schedule_;
   int worker_;
   Stage& stage_;
   Links& links_;
+  // This worker's routes in the chain (null at its ends).
+  const Route* activation_in_ = nullptr;
+  const Route* activation_out_ = nullptr;
+  const Route* gradient_in_ = nullptr;
+  const Route* gradient_out_ = nullptr;
   const SegmentContext& context_;
   int64_t cutoff_;
   int64_t current_step_ = -1;
@@ -73,7 +67,9 @@ class WorkerLoop {
   // The first worker's current mini-batch, split into micro-batches.
   std::vector<torch::Tensor> micro_x_, micro_target_;
   int64_t batch_samples_ = 0;
-  StepLoss step_loss_;  // the last worker's sum over the micro-batches of the current step
+  // The last worker's losses not yet read, a micro-batch each, in order, with their steps.
+  std::vector<PendingLoss> losses_;
+  std::vector<int64_t> loss_steps_;
 };
 
 // Sets the calling thread's intra-op thread count to the worker's (context.threads_per_worker),

@@ -97,6 +97,7 @@ RunOutcome run_rig(const Setup& setup, Rig& rig, const std::vector<int>& ppv,
              partition::format_ppv(ppv), "): loss is not finite at mini-batch ", t);
   };
   context.threads_per_worker.assign(K, threads_per_worker);
+  context.read_losses_every = exec::default_read_losses_every(pipeline.stage(K - 1).device());
 
   const int64_t W = o.warmup_steps();
   if (W > 0) executor->run(schedule::make_schedule(kind, K, 0, W), pipeline.stages(), context);

@@ -94,7 +94,8 @@ void build(Run& run) {
                             .seed(o.run().seed())
                             .augment(d.augment())
                             .pad_to(32)
-                            .normalization(data::compute_normalization(run.data.train));
+                            .normalization(data::compute_normalization(run.data.train))
+                            .pin_memory(!o.pipeline().devices().empty() && o.pipeline().devices()[0].is_cuda());
   run.train_loader = std::make_unique<data::Loader>(run.data.train, loader_options);
   run.test_loader = std::make_unique<data::Loader>(
       run.data.test,

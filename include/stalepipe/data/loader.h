@@ -6,7 +6,7 @@
 // produced before, or on how samples are grouped into batches, so a run resumed at
 // (epoch, index) sees exactly the batches an uninterrupted run would have seen.
 //
-// Batch layout: x is float32 [B, C, H', W'] on the CPU, y is int64 [B]; B == batch_size except
+// Batch layout: x is float32 [B, C, H', W'] on the CPU (page-locked with pin_memory), y is int64 [B]; B == batch_size except
 // for a partial last batch when drop_last is false. H', W' are H, W raised to pad_to.
 //
 // Pipeline per batch: gather the samples (uint8), augment (optional), zero-pad to pad_to
@@ -50,6 +50,9 @@ struct LoaderOptions {
   TORCH_ARG(int64_t, pad_to) = 0;
   // Empty: x = pixel / 255. Otherwise one mean and one std (> 0) per channel.
   TORCH_ARG(Normalization, normalization);
+  // Batches in page-locked host memory (as PyTorch's DataLoader pin_memory), for a CUDA
+  // partition's asynchronous copy; needs a CUDA LibTorch. The values are the same.
+  TORCH_ARG(bool, pin_memory) = false;
 };
 
 struct Batch {

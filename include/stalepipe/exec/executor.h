@@ -38,8 +38,14 @@ struct SegmentContext {
   std::function<Input(int64_t step)> input;
   // Learning rate for the update of step t. Pure function; called from worker threads.
   std::function<double(int64_t step)> lr;
-  // Called by the last worker after the forward (and loss) of each step, in step order.
+  // Called by the last worker with the loss of each step, in step order.
   std::function<void(int64_t step, const StepLoss&)> on_step;
+  // The last worker leaves losses and metric counts on its device and reads them (one wait
+  // for the device) every this many steps and at the segment's end; on_step then reports
+  // those steps together. A loss that is not finite ends the segment (DivergedError naming
+  // its step) within this many steps of it, so before the drain where a checkpoint could be
+  // written. 1: at every step, where a CPU partition loses nothing by it.
+  int64_t read_losses_every = 1;
   // When it becomes true, the first worker starts no new mini-batch; the ones already in the
   // pipeline finish (backward and update), so the stages end consistent. May be null.
   const std::atomic<bool>* stop = nullptr;
@@ -73,6 +79,10 @@ class Executor {
   virtual SegmentResult run(const schedule::Schedule& schedule, std::vector<Stage*>& stages,
                             const SegmentContext& context) = 0;
 };
+
+// SegmentContext::read_losses_every for a last partition on `device`: every step on the CPU,
+// every 32 steps on a GPU (a NaN is caught within 32 steps, before the next drain).
+int64_t default_read_losses_every(const torch::Device& device);
 
 enum class ExecutorKind { kEmulated, kThreads, kProcesses };
 // "emulated" | "threads" | "processes"; UsageError naming `field` otherwise.

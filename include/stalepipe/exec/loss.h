@@ -63,10 +63,16 @@ class Loss {
 std::vector<std::string> loss_names();
 
 // How many of a batch's samples a metric scored, and how many of those it counts as correct.
+// A metric may leave the count on its device (correct_count, a 0-dim integer tensor; `correct`
+// is then ignored): training reads it with the loss every few steps instead of waiting for the
+// device at every mini-batch (SegmentContext::read_losses_every). top1_accuracy does.
 struct Score {
   int64_t correct = 0;
   int64_t scored = 0;
+  torch::Tensor correct_count;
 };
+// score.correct, or the count it left on its device (read now).
+int64_t correct_of(const Score& score);
 // A metric: runs where the loss runs (no gradient), on the output and target of a batch.
 using MetricFn = std::function<Score(const torch::Tensor& output, const torch::Tensor& target)>;
 

@@ -29,7 +29,7 @@
 // segment's first step is applied: segments start with a drained pipeline).
 //
 // Threading: a Stage is used by one thread at a time (its worker). Different stages may run
-// concurrently on different threads.
+// concurrently on different threads, and on a GPU each queues its work on its own stream.
 #pragma once
 
 #include <cstdint>
@@ -41,6 +41,7 @@
 #include <torch/nn/modules/container/sequential.h>
 #include <torch/types.h>
 
+#include "stalepipe/exec/device_stream.h"
 #include "stalepipe/exec/loss.h"
 #include "stalepipe/optim/sgd.h"
 #include "stalepipe/schedule/schedule.h"
@@ -55,6 +56,14 @@ struct StepLoss {
   int64_t correct = 0;  // samples the metric counts as correct (Objective::metric)
   int64_t scored = 0;   // samples the metric scored (0: no accuracy, e.g. a regression target)
   int64_t samples = 0;  // B
+};
+
+// The loss and score of one micro-batch as the last partition left them on its device; the
+// worker loop reads them every few steps (SegmentContext::read_losses_every), not at once.
+struct PendingLoss {
+  torch::Tensor loss;  // 0-dim, the loss function's value, no graph
+  Score score;         // the objective's metric (its count possibly on the device)
+  int64_t samples = 0;
 };
 
 class Stage {
@@ -76,6 +85,10 @@ class Stage {
   bool is_first() const { return index_ == 0; }
   bool is_last() const { return index_ == num_stages_ - 1; }
   const torch::Device& device() const { return device_; }
+  // The stream this partition's work is queued on (exec/device_stream.h): the executors enter
+  // it around each operation, so forward, backward and update of different partitions overlap
+  // on one GPU.
+  DeviceStream& stream() { return *stream_; }
 
   // Called by the executor before a segment of `schedule` runs: every update before
   // schedule.first_step has been applied. `lr` gives the learning rate of a step (weight
@@ -88,9 +101,10 @@ class Stage {
   torch::Tensor forward(int64_t step, const torch::Tensor& input, int micro = 0);
 
   // Forward of the last stage: output, the objective's loss against `target` and its score
-  // (by default top-1 accuracy where the target is class indices). The backward starts from
-  // loss * loss_scale (a micro-batch's share of its mini-batch); the reported loss is unscaled.
-  StepLoss forward_loss(int64_t step, const torch::Tensor& input, const torch::Tensor& target,
+  // (by default top-1 accuracy where the target is class indices), left on the device. The
+  // backward starts from loss * loss_scale (a micro-batch's share of its mini-batch); the
+  // reported loss is unscaled.
+  PendingLoss forward_loss(int64_t step, const torch::Tensor& input, const torch::Tensor& target,
                         int micro = 0, double loss_scale = 1.0);
 
   // Backward of (step, micro): from the saved loss (last stage, grad_output undefined) or from
@@ -124,6 +138,7 @@ class Stage {
   };
   using Key = std::pair<int64_t, int>;  // (step, micro)
 
+  torch::Tensor to_device(const torch::Tensor& t) const;
   torch::Tensor prepare_input(const torch::Tensor& input) const;
   Pending& pending(int64_t step, int micro, const char* what);
   // The module's forward on p.input with the weights this forward of `step` should see;
@@ -139,6 +154,7 @@ class Stage {
   int num_stages_;
   torch::nn::Sequential module_;
   torch::Device device_;
+  std::unique_ptr<DeviceStream> stream_;
   std::unique_ptr<optim::Sgd> optimizer_;
   Objective objective_;
   uint64_t seed_;

@@ -1,0 +1,40 @@
+#include "stalepipe/exec/device_stream.h"
+
+#include <torch/cuda.h>
+
+#include "cuda_stream_impl.h"
+#include "stalepipe/common/error.h"
+
+namespace stalepipe::exec {
+namespace {
+
+class CpuStream final : public DeviceStream {
+ public:
+  torch::Device device() const override { return torch::kCPU; }
+  std::unique_ptr<Scope> enter() override { return nullptr; }
+  std::shared_ptr<const StreamEvent> record() override { return nullptr; }
+  // A GPU producer's tensor is read by the host as soon as this returns.
+  void wait(const StreamEvent* event) override {
+    if (event) event->synchronize();
+  }
+  void join_current() override {}
+  void hold(const torch::Tensor&) override {}
+  void synchronize() override {}
+};
+
+}  // namespace
+
+bool built_with_cuda() { return detail::kCudaStreams; }
+
+std::unique_ptr<DeviceStream> make_stream(const torch::Device& device) {
+  if (device.is_cpu()) return std::make_unique<CpuStream>();
+  SP_CHECK_ARG(device.is_cuda(), "device ", device.str(), ": only cpu and cuda devices are supported");
+  SP_CHECK_ARG(built_with_cuda(), "device ", device.str(),
+               ": this build's LibTorch has no CUDA (build against a CUDA LibTorch, scripts/gpu-check.sh)");
+  const int count = torch::cuda::is_available() ? static_cast<int>(torch::cuda::device_count()) : 0;
+  SP_CHECK_ARG(device.has_index() && device.index() < count, "device ", device.str(),
+               " is not present (this machine has ", count, " CUDA device", count == 1 ? "" : "s", ")");
+  return detail::make_cuda_stream(device);
+}
+
+}  // namespace stalepipe::exec
