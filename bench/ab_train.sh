@@ -12,6 +12,7 @@ set -euo pipefail
 csv=$1 rounds=$2
 shift 2
 steps=${STEPS:-30} batch=${BATCH:-128}
+test=$(( steps * batch / 4 < batch ? steps * batch / 4 : batch ))  # synthetic:N has N/4 test images
 run=$(mktemp -d)
 trap 'rm -rf "$run"' EXIT
 echo "round,variant,images_per_second,peak_rss_mb" > "$csv"
@@ -23,7 +24,7 @@ for r in $(seq "$rounds"); do
     [ "$name" = "$head" ] || bin=${head#*@}
     rm -rf "$run/out"
     # shellcheck disable=SC2086  # FLAGS is a list of arguments
-    "$bin" train $flags --data "synthetic:$((steps * batch))" --batch-size "$batch" --test-subset "$batch" \
+    "$bin" train $flags --data "synthetic:$((steps * batch))" --batch-size "$batch" --test-subset "$test" \
       --epochs 1 --progress none --out "$run/out" > /dev/null 2> "$run/err" ||
       { echo "$0: run '$name' failed: $(tail -1 "$run/err")" >&2; exit 1; }
     row=$(python3 -c "import json, sys; s = json.load(open(sys.argv[1])); print(round(s['images_per_second'], 1), round(s.get('peak_rss_mb', 0), 1), sep=',')" "$run/out/summary.json")

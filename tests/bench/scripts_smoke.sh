@@ -10,13 +10,13 @@ trap 'rm -rf "$tmp"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
 # ab_bench.sh: one build against itself, one round.
-out=$(BEFORE=$sp AFTER=$sp "$bench/ab_bench.sh" "$tmp/ab" lenet5 1 4 1 --pipeline 2 --batch-size 16 --threads 2)
+out=$(BEFORE=$sp AFTER=$sp "$bench/ab_bench.sh" "$tmp/ab" lenet5 1 10 1 --pipeline 2 --batch-size 16 --threads 2)
 grep -q '^median one_thread [0-9.]* all_threads [0-9.]* pipeline [0-9.]* side_by_side [0-9.]*$' <<< "$out" ||
   fail "ab_bench.sh printed no medians: $out"
 [ -s "$tmp/ab/lenet5-after-1.json" ] || fail "ab_bench.sh wrote no JSON"
 
 # ab_train.sh: two variants, one of them on an explicit binary; then a variant that cannot train.
-STEPS=3 BATCH=16 "$bench/ab_train.sh" "$tmp/ab.csv" 1 "plain=--model lenet5 --pipeline none --threads 1" \
+STEPS=4 BATCH=16 "$bench/ab_train.sh" "$tmp/ab.csv" 1 "plain=--model lenet5 --pipeline none --threads 1" \
   "pipe@$sp=--model lenet5 --pipeline 2 --threads 2" > /dev/null
 [ "$(head -1 "$tmp/ab.csv")" = "round,variant,images_per_second,peak_rss_mb" ] || fail "ab_train.sh header"
 grep -Eq '^1,plain,[0-9.]+,[0-9.]+$' "$tmp/ab.csv" && grep -Eq '^1,pipe,[0-9.]+,[0-9.]+$' "$tmp/ab.csv" ||
