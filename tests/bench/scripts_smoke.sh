@@ -16,7 +16,7 @@ grep -q '^median one_thread [0-9.]* all_threads [0-9.]* pipeline [0-9.]* side_by
 [ -s "$tmp/ab/lenet5-after-1.json" ] || fail "ab_bench.sh wrote no JSON"
 
 # ab_train.sh: two variants, one of them on an explicit binary; then a variant that cannot train.
-STEPS=4 BATCH=16 "$bench/ab_train.sh" "$tmp/ab.csv" 1 "plain=--model lenet5 --pipeline none --threads 1" \
+SP=$sp STEPS=4 BATCH=16 "$bench/ab_train.sh" "$tmp/ab.csv" 1 "plain=--model lenet5 --pipeline none --threads 1" \
   "pipe@$sp=--model lenet5 --pipeline 2 --threads 2" > /dev/null
 [ "$(head -1 "$tmp/ab.csv")" = "round,variant,images_per_second,peak_rss_mb" ] || fail "ab_train.sh header"
 grep -Eq '^1,plain,[0-9.]+,[0-9.]+$' "$tmp/ab.csv" && grep -Eq '^1,pipe,[0-9.]+,[0-9.]+$' "$tmp/ab.csv" ||
