@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 19's ratios against PyTorch with ours and PyTorch's runs alternated round by round:
+# The ratios against PyTorch (docs/performance.md) with ours and PyTorch's runs alternated round by round:
 # `stalepipe bench --rounds 1` then `bench/peers.py --rounds 1`, ROUNDS times, so that a machine
 # whose speed drifts over minutes (this VM's rounds spread by up to 20%) slows both sides of
 # each ratio alike. run_all.sh runs all of ours and then all of PyTorch's, minutes apart.

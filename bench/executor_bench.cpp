@@ -7,7 +7,7 @@
 //           Step/emulated/1   non-pipelined (K=1), one thread
 //           Step/emulated/2   stale pipeline cut after conv2, one op at a time, one thread
 //           Step/threads/2    the same pipeline on two worker threads, one intra-op thread each
-//         For whole-model numbers with the targets use `stalepipe bench`.
+//         For whole-model numbers with the speed targets use `stalepipe bench`.
 // Checks, before timing: the threads executor ends a 16-step segment with weights
 // bit-identical to the emulated executor's (the reference), from the same seed and inputs.
 #include <cstdio>

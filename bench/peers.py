@@ -12,7 +12,7 @@ and then the medians, as `stalepipe bench --rounds N`):
     the same partitions as ours, for each --chunks value (micro-batches per mini-batch).
 With --stalepipe-json (a `stalepipe bench --json` file) it takes the model, batch size,
 channels and PPV from that file and prints stalepipe's rates next to PyTorch's, with the
-issue's targets (stalepipe non-pipelined >= PyTorch at the same threads; stale pipeline >= 1.5x
+speed targets (stalepipe non-pipelined >= PyTorch at the same threads; stale pipeline >= 1.5x
 PyTorch's Pipe).
 
 The models mirror src/models/{lenet5,resnet_cifar,blocks}.cpp unit by unit (a model is a flat

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The complete speed and memory measurement behind docs/performance.md (GitHub issue 5).
+# The complete speed and memory measurement behind docs/performance.md.
 #
 # Run on a quiet machine (nothing else compiling or training), from the repository root:
 #     scripts/build.sh && scripts/setup-peers.sh && bench/run_all.sh
@@ -32,9 +32,9 @@ WARMUP=${WARMUP:-3}
 BATCH=${BATCH:-128}
 ROUNDS=${ROUNDS:-1}
 SPECS=${SPECS-"lenet5:2 resnet20:7 resnet56:19 resnet110:37"}  # set but empty: none
-MEMK2=${MEMK2-"resnet56"}  # models whose balanced K=2 cut also gets `stalepipe memory` (issue 19)
+MEMK2=${MEMK2-"resnet56"}  # models whose balanced K=2 cut also gets `stalepipe memory`
 MEMSPECS=${MEMSPECS-"lenet5:2:1 alexnet:3:3 vgg16:2:3 resnet20:7:3"}
-RECOMPUTE=${RECOMPUTE-"resnet56:9"}  # model:layer: its balanced K=2 cut again, recomputing (issue 19, memory)
+RECOMPUTE=${RECOMPUTE-"resnet56:9"}  # model:layer: its balanced K=2 cut again, recomputing
 PLACEMENTS=${PLACEMENTS:-"k2 paper"}
 for placement in $PLACEMENTS; do
   [[ $placement == k2 || $placement == paper ]] ||

@@ -3,7 +3,7 @@
 
 Run:    /usr/bin/python3 bench/tables.py results/bench > results/bench/table.md
 Prints: the speed table (images/s of every configuration, stalepipe and PyTorch), the ratios
-with the issues' targets (issue 19's in a table of their own), the ceiling (K independent runs at once) where measured, the memory table (the paper's Table 9 beside ours) and the
+with the speed targets (those against PyTorch's best single core in a table of their own), the ceiling (K independent runs at once) where measured, the memory table (the paper's Table 9 beside ours) and the
 per-partition memory (predicted vs measured). Missing files leave their rows out.
 Standard library only (no PyTorch needed).
 """
@@ -13,7 +13,7 @@ import sys
 
 MODELS = ("lenet5", "resnet20", "resnet56", "resnet110")
 PLACEMENTS = (("k2", "balanced (time), K=2"), ("paper", "paper's PPV"))
-# The paper's Table 9 (paper-notes.md): PipeDream (stashing) and this scheme, % over non-pipelined.
+# The paper's Table 9 (docs/design.md): PipeDream (stashing) and this scheme, % over non-pipelined.
 PAPER_T9 = {"lenet5": (2, 109, 97), "alexnet": (3, 214, 37), "vgg16": (2, 124, 75), "resnet20": (7, 61, 60)}
 
 
@@ -37,10 +37,10 @@ def status(value, ok):
     return f"{value:.3f} {'pass' if ok else 'MISS'}"
 
 
-def print_issue19(folder, ratio_rows):
-    """Issue 19's targets, each from this run: ours against PyTorch's best layout, the pipeline
+def print_pytorch_targets(folder, ratio_rows):
+    """The targets against PyTorch, each from this run: ours against PyTorch's best layout, the pipeline
     against the ceiling, and the 2-worker pipeline's memory against non-pipelined training."""
-    print("\n### issue 19: against PyTorch's best single core, the ceiling and memory (pass / MISS)\n")
+    print("\n### targets: against PyTorch's best single core, the ceiling and memory (pass / MISS)\n")
     print("PyTorch best: the faster of NCHW and channels_last (bench/peers.py). Ceiling: the K "
           "workers as independent non-pipelined runs at once. Memory: the partitions' measured "
           "peaks together over the non-pipelined peak (`stalepipe memory`, the same cut).\n")
@@ -123,7 +123,7 @@ def main():
         cells += ["-"] * (len(header) + len(peer_names) - len(cells))
         print(f"| {model} ({b['ppv']}) | " + " | ".join(cells) + " |")
 
-    print_issue19(folder, ratio_rows)
+    print_pytorch_targets(folder, ratio_rows)
 
     ceiling_rows = [(model, b) for model, b, _ in ratio_rows if b["rates"].get("side_by_side")]
     if ceiling_rows:

@@ -1,11 +1,12 @@
 // `stalepipe bench --model NAME [--partitions 2 --balance time | --pipeline PPV]`: images/s of
 // non-pipelined training (1 thread, all cores), the stale pipeline (threads executor), the
-// emulated executor, the profile's bound and the simulator's prediction, with the issue's
+// emulated executor, the profile's bound and the simulator's prediction, with the speed
 // targets (perf/bench.h). --processes adds `train --executor processes` on K ranks against
 // the same `train` run with the threads executor, as child processes of this program.
 //
 // `stalepipe memory --model NAME --pipeline PPV`: per-partition memory predicted from the
-// schedule and measured, and the paper's Table 9 line (perf/memory.h).
+// schedule and measured, the paper's Table 9 line, and the stale pipeline's peak beside
+// its recomputing point's (perf/memory.h).
 #include <fcntl.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -183,7 +184,7 @@ Command add_memory(CLI::App& app) {
   app.add_option("--channels", o->channels, "input channels (1: MNIST-like, 3: CIFAR-10)")->capture_default_str();
   app.add_option("--seed", o->seed, "model seed")->capture_default_str();
   app.add_option("--layout", *layout, "nchw | channels-last | auto (the model's default)")->capture_default_str();
-  app.add_option("--recompute", o->recompute, "the partitions recompute activations through weight layer L (0: none); the non-pipelined peak does not")->capture_default_str();
+  app.add_option("--recompute", o->recompute, "the partitions recompute activations through weight layer L (0: none, and the recomputing point shown beside recomputes all of partition 1); the non-pipelined peak does not")->capture_default_str();
   app.add_option("--json", *json, "also write the report as JSON to this file");
   return [o, json, ppv, layout]() {
     o->ppv = partition::parse_ppv(*ppv);

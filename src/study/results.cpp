@@ -26,6 +26,14 @@ using detail::Spread;
 using detail::fixed;
 using detail::spread;
 
+// A CSV field: quoted where it holds a comma or a quote (a run name or PPV such as "1,2").
+std::string csv_field(const std::string& text) {
+  if (text.find_first_of(",\"\n") == std::string::npos) return text;
+  std::string quoted = "\"";
+  for (char c : text) quoted += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return quoted + "\"";
+}
+
 // results.csv: one row per run and seed.
 void write_csv(const Experiment& experiment, const std::vector<Finished>& done) {
   const char* columns[] = {"model", "ppv", "partitions", "schedule", "hybrid_switch_step",
@@ -37,14 +45,14 @@ void write_csv(const Experiment& experiment, const std::vector<Finished>& done) 
   for (const char* c : columns) csv << "," << c;
   csv << "\n";
   for (const auto& f : done) {
-    csv << f.run->name << "," << f.run->seed;
+    csv << csv_field(f.run->name) << "," << f.run->seed;
     if (f.diverged()) {
       csv << ",diverged\n";
       continue;
     }
     for (const char* c : columns) {
       const auto& v = f.summary.value(c, nlohmann::json());
-      csv << "," << (v.is_string() ? v.get<std::string>() : v.dump());
+      csv << "," << csv_field(v.is_string() ? v.get<std::string>() : v.dump());
     }
     csv << "\n";
   }

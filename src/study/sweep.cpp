@@ -32,6 +32,17 @@ void merge_options(nlohmann::json& into, const nlohmann::json& from, const std::
   }
 }
 
+// A run's folder, <out>/<run>-s<seed>, with each comma of the run's name (a PPV such as
+// "6stage-ppv1,2") written '_', since a comma in a path breaks common tools. Runs trained
+// before kept the commas; where only such a folder exists, it is still the run's.
+std::string run_folder(const fs::path& out, const std::string& name, uint64_t seed) {
+  const std::string legacy = name + "-s" + std::to_string(seed);
+  std::string folder = legacy;
+  std::replace(folder.begin(), folder.end(), ',', '_');
+  if (folder != legacy && !fs::exists(out / folder) && fs::exists(out / legacy)) folder = legacy;
+  return (out / folder).string();
+}
+
 }  // namespace
 
 Experiment load_experiment(const std::string& path, const ExperimentOverrides& overrides) {
@@ -74,7 +85,7 @@ Experiment load_experiment(const std::string& path, const ExperimentOverrides& o
         planned.baseline = run.value("baseline", false);
         planned.time_reference = run.value("time_reference", false);
         options["seed"] = seed;
-        options["out"] = (fs::path(ex.out) / (name + "-s" + std::to_string(seed))).string();
+        options["out"] = run_folder(ex.out, name, seed);
         planned.options = options_from_json(options, path + ": run " + name);
         ex.runs.push_back(planned);
       }

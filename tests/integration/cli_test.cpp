@@ -253,6 +253,9 @@ TEST(Cli, BenchAndMemoryReport) {
   EXPECT_EQ(m.at("partitions")[0].at("max_in_flight").get<int>(), 2);
   EXPECT_GT(m.at("partitions")[0].at("measured_peak_bytes").get<int64_t>(), 0);
   EXPECT_GT(m.at("scheme_percent").get<double>(), 0);
+  // The stale pipeline and its recomputing point (all of partition 1: layer 2) side by side.
+  EXPECT_NE(memory.out.find("  stale pipeline, --recompute 2 "), std::string::npos) << memory.out;
+  EXPECT_LT(m.at("recompute_peak_bytes").get<int64_t>(), m.at("stale_peak_bytes").get<int64_t>());
 }
 
 TEST(Cli, BenchProcessesReportsTheMedianOfAlternatedRuns) {

@@ -426,7 +426,7 @@ std::string weights_digest(const std::string& run_dir, const std::string& model_
   return text;
 }
 
-// Issue 17 moved every executor onto one training loop. These digests were recorded with the
+// Every executor now runs one training loop. These digests were recorded with the
 // code before it (commit b84479c, two loops) by the same commands; the weights after 50
 // mini-batches of Fashion-MNIST must not have moved by a bit. The CPU kernels are pinned to
 // AVX2 (ATen, OpenBLAS, oneDNN) so that the digests hold on any AVX2 machine, not only the one

@@ -2,8 +2,8 @@
 // K up to 8, PPV, batch and data sizes, schedule, mitigations) while spinning threads load the
 // scheduler, so that the workers are preempted at arbitrary points. Every run must equal the
 // emulated run bit for bit and end: a watchdog ends the process naming the configuration if
-// one hangs. STALEPIPE_STRESS_RUNS sets the number of configurations (default 12 here; issue
-// 20's figure is 200) and STALEPIPE_STRESS_SEED the random draw (default 1).
+// one hangs. STALEPIPE_STRESS_RUNS sets the number of configurations (default 12 here;
+// docs/reliability.md quotes a run of 200) and STALEPIPE_STRESS_SEED the random draw (default 1).
 #include <unistd.h>
 
 #include <algorithm>

@@ -1,5 +1,5 @@
 // What machine a run trained on, in one line, so that training times are compared only
-// between runs of one machine: sessions land on machines whose cores differ by up to 4.5x in
+// between runs of one machine: runs land on machines whose cores differ by up to 4.5x in
 // speed (docs/results.md, "Time to accuracy").
 #pragma once
 

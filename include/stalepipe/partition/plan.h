@@ -1,6 +1,6 @@
 // From a PPV (pipeline placement vector) to partitions.
 //
-// A PPV is an increasing list of weight-layer indices (1-based, paper-notes "Layer index /
+// A PPV is an increasing list of weight-layer indices (1-based, docs/design.md "Layer index /
 // PPV"); a pipeline register goes right after each. K-1 registers give K partitions, each a
 // contiguous range of the model's units, numbered 1..K from the input (0..K-1 in code).
 // A register may only follow a unit whose last weight layer it names and that allows a cut
@@ -46,7 +46,7 @@ Plan make_plan(const models::Model& model, const std::vector<int>& ppv, int reco
 size_t units_through_layer(const models::Model& model, int layer);
 
 // The share (0..100) of trainable parameters in partitions whose forward uses stale weights,
-// given each partition's staleness d_k (paper-notes: "Percentage of stale weights").
+// given each partition's staleness d_k (docs/design.md: "Percentage of stale weights").
 double stale_weight_percent(const Plan& plan, const std::vector<int>& staleness);
 
 // "1, 3, 5, 7" - the weight layers a register may follow.

@@ -1,5 +1,5 @@
 // `stalepipe bench`: how fast the stale pipeline trains next to non-pipelined training and
-// next to what the profile says it could do, measured in one run (GitHub issue 5, item 3).
+// next to what the profile says it could do, measured in one run (docs/performance.md).
 //
 // Configurations, each on a freshly built model with the same seed, driven through the real
 // path (exec::Pipeline + Executor::run over a schedule):
@@ -80,7 +80,7 @@ struct Measurement {
   std::vector<double> round_images_per_second;  // each round's steady rate, in round order
 };
 
-// A target of the issue: value must lie in [low, high].
+// A speed target: value must lie in [low, high].
 struct TargetCheck {
   std::string name;         // e.g. "pipeline / non-pipelined 1 thread"
   double value = 0;
@@ -120,7 +120,7 @@ struct BenchRatios {
 // Ratios of measured rates; a ratio whose denominator or numerator is 0 is 0.
 BenchRatios compute_ratios(const BenchRates& rates);
 
-// The issue's targets on the ratios: pipeline >= 1.8 x one thread, >= 0.9 x bound, >= 1.0 x
+// The speed targets on the ratios: pipeline >= 1.8 x one thread, >= 0.9 x bound, >= 1.0 x
 // all threads; emulated within 5% of non-pipelined; simulated within 15% of measured;
 // processes >= 0.9 x threads. A target whose ratio is 0 is reported as not measured.
 std::vector<TargetCheck> check_targets(const BenchRatios& ratios);

@@ -1,5 +1,5 @@
-// Memory of a stale pipeline, predicted from the schedule and measured per partition (GitHub
-// issue 5, item 6; the paper's Table 9).
+// Memory of a stale pipeline, predicted from the schedule and measured per partition (the
+// paper's Table 9 and its accounting, docs/performance.md).
 //
 // Prediction for partition k (bytes), from a profile (partition/profile.h) and the schedule:
 //   activations = max_in_flight_k x A_k, A_k = the partition's input + its units' kept bytes
@@ -93,6 +93,12 @@ struct MemoryReport {
   // The pipeline's partition peaks summed over the non-pipelined peak (1.0: no extra memory).
   double measured_peak_ratio = 0;
   std::string layout;  // the layout measured: "nchw" or "channels-last"
+  // The two operating points side by side, partition peaks summed: the stale pipeline without
+  // recomputation, and with it through `recompute_layer` (options.recompute, or where none is
+  // given the first register's layer: all of partition 1, the least memory at this cut).
+  int recompute_layer = 0;
+  int64_t measured_stale_bytes = 0;
+  int64_t measured_recompute_bytes = 0;
 };
 
 // Peak bytes of each partition of model/ppv running its worker's ops of the stale schedule
@@ -105,7 +111,8 @@ std::vector<int64_t> measure_partition_peaks(const MemoryOptions& options, const
 MemoryReport memory_report(const MemoryOptions& options);
 
 // Text table: per partition in-flight, A_k, W_k, predicted, measured, stashing; then the
-// Table 9 line (computed and measured). Ends with a newline.
+// Table 9 line (computed and measured) and the measured peaks of non-pipelined training, the
+// stale pipeline and the pipeline recomputing, side by side. Ends with a newline.
 std::string format_memory_report(const MemoryReport& report);
 std::string to_json(const MemoryReport& report);
 

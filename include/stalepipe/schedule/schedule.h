@@ -63,7 +63,7 @@ struct Schedule {
 // the data dependencies serialise the workers, so no weight is ever stale.
 Schedule make_sequential(int num_workers, int64_t first_step, int64_t end_step);
 
-// The canonical stale schedule (paper-notes, "Canonical stale schedule"). Worker k (0-based)
+// The canonical stale schedule (docs/design.md, "The stale schedule"). Worker k (0-based)
 // of K first runs 2(K-1-k) forwards, then per cycle one backward, its update and one forward,
 // then drains. The last worker runs F B U back to back. So the forward of t on worker k lacks
 // the updates of the d = 2(K-1-k) - 1 mini-batches before it (none on the last worker).

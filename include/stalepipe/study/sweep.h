@@ -2,7 +2,8 @@
 //
 // An experiment file is JSON:
 //   {
-//     "out": "results/lenet5",              // run folders go to <out>/<run>-s<seed>; relative
+//     "out": "results/lenet5",              // run folders go to <out>/<run>-s<seed>
+//                                           // (a comma of <run> as '_'); relative
 //                                           // paths are relative to the experiment file
 //     "seeds": [1, 2],                      // every run is trained once per seed
 //     "defaults": {"model": "lenet5", "epochs": 15, ...},   // any train option (config.json names)

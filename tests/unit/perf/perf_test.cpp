@@ -4,6 +4,7 @@
 #include <map>
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include "stalepipe/common/error.h"
 #include "stalepipe/perf/bench.h"
@@ -191,6 +192,40 @@ TEST(Memory, RecomputationKeepsTheRecomputedActivationsOfOneMiniBatch) {
   const double saved = static_cast<double>(before[0].measured_peak_bytes - after[0].measured_peak_bytes);
   EXPECT_NEAR(saved / static_cast<double>(after[0].recomputed_bytes), 1.0, 0.25);
   EXPECT_NE(format_memory_report(recomputed).find("recomputing through layer 3"), std::string::npos);
+}
+
+int64_t sum_of_measured_peaks(const MemoryReport& report) {
+  int64_t sum = 0;
+  for (const auto& p : report.predicted.partitions) sum += p.measured_peak_bytes;
+  return sum;
+}
+
+TEST(Memory, TheReportShowsTheStalePipelineAndItsRecomputationSideBySide) {
+  MemoryOptions o;
+  o.model = "resnet8";
+  o.ppv = {3};
+  o.batch_size = 8;
+  // Without --recompute, the recomputing point is all of partition 1 (through the register's layer).
+  const auto plain = memory_report(o);
+  EXPECT_EQ(plain.recompute_layer, 3);
+  EXPECT_EQ(plain.measured_stale_bytes, sum_of_measured_peaks(plain));
+  EXPECT_LT(plain.measured_recompute_bytes, plain.measured_stale_bytes);
+  EXPECT_GT(plain.measured_stale_bytes, plain.measured_non_pipelined_bytes);
+  // With it, the same two points: the run's own peaks are the recomputing one.
+  o.recompute = 3;
+  const auto recomputed = memory_report(o);
+  EXPECT_EQ(recomputed.recompute_layer, 3);
+  EXPECT_EQ(recomputed.measured_recompute_bytes, sum_of_measured_peaks(recomputed));
+  EXPECT_EQ(recomputed.measured_recompute_bytes, plain.measured_recompute_bytes);
+  EXPECT_EQ(recomputed.measured_stale_bytes, plain.measured_stale_bytes);
+  const std::string text = format_memory_report(plain);
+  for (const char* row : {"  non-pipelined ", "  stale pipeline ", "  stale pipeline, --recompute 3 "}) {
+    EXPECT_NE(text.find(row), std::string::npos) << row << "\n" << text;
+  }
+  const auto j = nlohmann::json::parse(to_json(plain));
+  EXPECT_EQ(j.at("stale_peak_bytes").get<int64_t>(), plain.measured_stale_bytes);
+  EXPECT_EQ(j.at("recompute_layer").get<int>(), 3);
+  EXPECT_EQ(j.at("recompute_peak_bytes").get<int64_t>(), plain.measured_recompute_bytes);
 }
 
 }  // namespace

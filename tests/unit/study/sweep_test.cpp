@@ -125,7 +125,7 @@ std::string row_of(const std::string& md, const std::string& start) {
   return at == std::string::npos ? "(no row " + start + ")" : table.substr(at, table.find('\n', at) - at);
 }
 
-// Sessions land on machines of different speeds: a time is compared only with the reference's
+// An experiment's runs may train on machines of different speeds: a time is compared only with the reference's
 // time of the same seed on the same machine, and the ratios' geometric mean is the speed-up.
 TEST(Sweep, TimesCompareSeedBySeedAndOnlyWithinOneMachine) {
   test::TempDir dir;
@@ -168,6 +168,39 @@ TEST(Sweep, OneSweepPerSeedTrainsOnlyThatSeed) {
   std::stringstream md;
   md << std::ifstream(ex.out + "/results.md").rdbuf();
   EXPECT_NE(md.str().find("| ppv2 | lenet5 | 2 | 2 | stale | "), std::string::npos) << md.str();
+}
+
+// A run named after a PPV with commas trains into a folder without them; a folder of the
+// same run written with the commas (as earlier versions named it) is still read and resumed.
+TEST(Sweep, RunFoldersHaveNoCommasAndOldFoldersWithCommasStillCollect) {
+  test::TempDir dir;
+  const nlohmann::json runs = nlohmann::json::array(
+      {{{"name", "baseline"}, {"baseline", true}}, {{"name", "6stage-ppv1,2"}, {"pipeline", "1,2"}}});
+  const std::string path = write_experiment(dir, runs);
+  const auto ex = load_experiment(path);
+  ASSERT_EQ(ex.runs.size(), 4u);
+  EXPECT_EQ(ex.runs[2].options.run().out(), dir.path() + "/results/6stage-ppv1_2-s1");
+  EXPECT_EQ(run_sweep(ex, {}), 4);
+  const std::string old_name = dir.path() + "/results/6stage-ppv1,2-s2";
+  fs::rename(ex.runs[3].options.run().out(), old_name);
+
+  const auto again = load_experiment(path);
+  EXPECT_EQ(again.runs[2].options.run().out(), dir.path() + "/results/6stage-ppv1_2-s1");
+  EXPECT_EQ(again.runs[3].options.run().out(), old_name);
+  EXPECT_EQ(run_state(again.runs[3]), RunState::kFinished);
+  EXPECT_EQ(run_sweep(again, {}), 0);  // both seeds found: nothing retrained
+  std::stringstream md;
+  md << std::ifstream(again.out + "/results.md").rdbuf();
+  EXPECT_NE(md.str().find("| 6stage-ppv1,2 | lenet5 | 1,2 | 3 | stale | "), std::string::npos) << md.str();
+  std::ifstream csv(again.out + "/results.csv");
+  std::string line;
+  int rows = 0;
+  while (std::getline(csv, line)) {
+    if (line.rfind("\"6stage-ppv1,2\",", 0) != 0) continue;
+    ++rows;  // both seeds, the name and the PPV quoted since they hold commas
+    EXPECT_NE(line.find(",lenet5,\"1,2\",3,"), std::string::npos) << line;
+  }
+  EXPECT_EQ(rows, 2);
 }
 
 TEST(Sweep, RunFilterTrainsOnlyTheNamedRunsAndRejectsUnknownNames) {
