@@ -19,8 +19,8 @@ namespace profiler = torch::autograd::profiler;
 // `nondeterministic_seeded` tag (torchgen refuses to build one that lacks it), in LibTorch 1.13
 // and 2.x alike. Operators the interpreter registers itself have no dispatcher entry and so no
 // tags: those in prim:: run the program (constants, control flow, attributes), those that touch
-// no tensor are arithmetic on numbers, strings and lists, and the few that touch tensors are
-// listed below as known not to draw. Anything else cannot be vouched for and is refused, as
+// no tensor are arithmetic on numbers, strings and lists, and those that touch tensors are
+// listed below as known not to draw (all of 1.13's and 2.11's but the two that draw). Anything else cannot be vouched for and is refused, as
 // the ones that do draw are (aten::_no_grad_normal_, aten::_no_grad_uniform_ of nn.init).
 const char* const kDeterministicInterpreterOps[] = {
     "aten::Bool", "aten::Complex", "aten::ComplexImplicit", "aten::Delete", "aten::Float",
@@ -29,8 +29,8 @@ const char* const kDeterministicInterpreterOps[] = {
     "aten::__upsample_bilinear", "aten::__upsample_nearest", "aten::_grad_sum_to_size",
     "aten::_index_put_impl_", "aten::_list_to_tensor", "aten::_ncf_unsqueeze", "aten::_ncf_view",
     "aten::_no_grad_embedding_renorm_", "aten::_no_grad_fill_", "aten::_no_grad_zero_",
-    "aten::_pack_sequence", "aten::_set_item", "aten::_tensor_to_list", "aten::as_tensor",
-    "aten::clear", "aten::copy", "aten::copy_", "aten::count", "aten::cpu", "aten::cuda",
+    "aten::_pack_sequence", "aten::_set_item", "aten::_tensor_to_list", "aten::_unsafe_index",
+    "aten::_unsafe_index_put", "aten::as_tensor", "aten::clear", "aten::copy", "aten::copy_", "aten::count", "aten::cpu", "aten::cuda",
     "aten::dequantize", "aten::dict", "aten::dim", "aten::einsum", "aten::element_size",
     "aten::eq", "aten::get", "aten::get_device", "aten::index", "aten::index_put",
     "aten::index_put_", "aten::is_contiguous", "aten::is_non_overlapping_and_dense",
