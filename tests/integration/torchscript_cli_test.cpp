@@ -140,7 +140,7 @@ TEST(TorchScriptCli, FilesThatLoadButCannotBeTrainedSayWhy) {
   auto nan = lenet();
   {
     torch::NoGradGuard no_grad;
-    nan.named_parameters().begin()->value.view(-1)[0].fill_(std::nan(""));
+    (*nan.named_parameters().begin()).value.view(-1)[0].fill_(std::nan(""));
   }
   expect_one_line_error(run_cli(small_run(save_script(nan, dir.file("nan.pt")))), 2,
                         "nan.pt: unit 1 (0): parameter 0.0.weight is not finite");

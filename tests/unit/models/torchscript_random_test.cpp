@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <torch/csrc/jit/runtime/custom_operator.h>
 
+#include "stalepipe/common/error.h"
 #include "stalepipe/models/torchscript.h"
 #include "support/error_of.h"
 #include "support/script_modules.h"
@@ -74,7 +75,7 @@ TEST(TorchScriptRandom, ADrawInABranchOrAChildIsFoundToo) {
 // Registered with the interpreter only (no dispatcher entry, so no tags), as an extension's
 // operator might be: stalepipe cannot tell whether it draws.
 torch::jit::RegisterOperators kUntagged({torch::jit::Operator(
-    "stalepipe_test::untagged(Tensor x) -> Tensor",
+    "aten::stalepipe_test_untagged(Tensor x) -> Tensor",
     [](torch::jit::Stack& stack) {
       auto x = torch::jit::pop(stack).toTensor();
       torch::jit::push(stack, x.clone());
@@ -83,8 +84,8 @@ torch::jit::RegisterOperators kUntagged({torch::jit::Operator(
 
 TEST(TorchScriptRandom, AnOperationWithoutTagsThatStalepipeDoesNotKnowIsRefused) {
   test::TempDir dir;
-  const std::string error = load_error(block_file(dir, "torch.ops.stalepipe_test.untagged(x)"));
-  EXPECT_NE(error.find("noisy.pt: unit 1 (0, Noisy) calls stalepipe_test::untagged, an operation registered "
+  const std::string error = load_error(block_file(dir, "torch.stalepipe_test_untagged(x)"));
+  EXPECT_NE(error.find("noisy.pt: unit 1 (0, Noisy) calls aten::stalepipe_test_untagged, an operation registered "
                        "without the tags"),
             std::string::npos) << error;
 }

@@ -225,7 +225,7 @@ TEST(TorchScript, FilesThatLoadButCannotBeTrainedSayWhy) {
   auto nan = test::script_small_cnn();
   {
     torch::NoGradGuard no_grad;
-    nan.named_parameters().begin()->value.view(-1)[0].fill_(std::nan(""));
+    (*nan.named_parameters().begin()).value.view(-1)[0].fill_(std::nan(""));
   }
   const std::string weight = error_of<UsageError>(
       [&] { models::load_torchscript(test::save_script(nan, dir.file("nan.pt")), kInput); });
