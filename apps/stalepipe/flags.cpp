@@ -115,7 +115,7 @@ void add_option_flags(CLI::App& app, Options& o, TrainFlags& text) {
   app.add_option("--model", r.model(), "lenet5 | alexnet | vgg16 | resnet<6n+2> (resnet20, resnet56, ...)")->capture_default_str();
   app.add_option("--dropout", r.dropout(), "alexnet, vgg16: dropout probability before each hidden fc layer (0: none)")->capture_default_str();
   app.add_option("--model-file", r.model_file(), "a TorchScript file saved by PyTorch 1.13 (instead of --model): a scripted torch.nn.Sequential, each child a unit; input C x 32 x 32")->capture_default_str();
-  app.add_option("--data", d.dataset(), "fashion-mnist[:DIR] | mnist:DIR | kmnist:DIR | cifar10:DIR | synthetic[:N]")->capture_default_str();
+  app.add_option("--data", d.dataset(), "fashion-mnist[:DIR] | mnist:DIR | kmnist:DIR | cifar10:DIR | synthetic[:N] | synthetic-regression[:N]")->capture_default_str();
   app.add_option("--epochs", r.epochs(), "training epochs")->capture_default_str();
   app.add_option("--max-steps", r.max_steps(), "end after this many mini-batches (0: no limit)")->capture_default_str();
   app.add_option("--stop-at-step", r.stop_at_step(), "stop as if interrupted (checkpoint, resumable) after this many mini-batches (0: never)")->capture_default_str();

@@ -1,6 +1,4 @@
-// The checkpoint manifests: their JSON, the checksum, and which two checkpoints are kept.
-#include <zlib.h>
-
+// The checkpoint manifests: their JSON and which two checkpoints are kept.
 #include <algorithm>
 #include <filesystem>
 #include <set>
@@ -71,19 +69,6 @@ void check_shard_name(const std::string& manifest, const std::string& shard) {
 }
 
 }  // namespace
-
-// zlib's CRC-32: the project links zlib already (gzip data sets), it is fast (several GB/s),
-// and a checksum against accidental damage (truncation, flipped bits) needs no cryptography.
-uint32_t crc32_of(const std::string& bytes) {
-  uLong crc = ::crc32(0L, Z_NULL, 0);
-  const auto* data = reinterpret_cast<const Bytef*>(bytes.data());
-  for (size_t done = 0; done < bytes.size();) {
-    const uInt n = static_cast<uInt>(std::min<size_t>(bytes.size() - done, 1u << 30));
-    crc = ::crc32(crc, data + done, n);
-    done += n;
-  }
-  return static_cast<uint32_t>(crc);
-}
 
 void write_checkpoint_manifest(const std::string& run_dir, const CheckpointInfo& info,
                                const std::vector<ShardDigest>& digests) {

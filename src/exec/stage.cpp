@@ -6,6 +6,7 @@
 
 #include "stalepipe/common/error.h"
 #include "stalepipe/models/dropout.h"
+#include "stalepipe/models/in_place.h"
 #include "stalepipe/models/memory_format.h"
 #include "stalepipe/models/scale_invariance.h"
 
@@ -24,6 +25,7 @@ Stage::Stage(int index, int num_stages, torch::nn::Sequential module, torch::Dev
   module_->train();
   optimizer_ = std::make_unique<optim::Sgd>(module_->parameters(), sgd,
                                             models::scale_invariant_weights(*module_));
+  for (size_t u = 0; u < module_->size(); ++u) writes_input_.push_back(models::writes_its_input(*module_->ptr(u)));
   for (size_t u = 0; u < recompute_units_; ++u) {
     const auto& unit = *module_->ptr(u);
     for (const auto& t : unit.parameters()) recompute_params_.push_back(t);
@@ -111,6 +113,9 @@ void Stage::clear_in_flight() {
 }
 
 torch::Tensor Stage::run_units(size_t first, size_t last, torch::Tensor x) {
+  // x is a register's leaf (shares its storage with the previous partition's output), a
+  // batch, or what a recomputation runs from again: a unit that writes into it gets a copy.
+  if (first < last && writes_input_[first]) x = x.clone();
   for (auto unit = module_->begin() + first; unit != module_->begin() + last; ++unit) {
     x = unit->forward(x);
   }
@@ -136,7 +141,7 @@ torch::Tensor Stage::forward_with_weights(int64_t step, int micro, Pending& p) {
   // Recomputation needs them too, where stashing does not keep them already.
   if (recompute_units_ > 0 && !stash_weights_ && restore) p.head_weights = shared_copy(recompute_params_);
   models::RandomScope random(forward_seed(seed_, index_, step, micro));
-  if (recompute_units_ == 0) return module_->forward(p.input);
+  if (recompute_units_ == 0) return run_units(0, module_->size(), p.input);
   torch::Tensor head;
   {
     torch::NoGradGuard no_grad;  // nothing of these units is kept but their output
@@ -259,7 +264,7 @@ void Stage::update(int64_t step, double lr) {
 torch::Tensor Stage::predict(const torch::Tensor& input) {
   torch::NoGradGuard no_grad;
   module_->eval();
-  torch::Tensor out = module_->forward(models::in_memory_format(input.to(device_), memory_format_));
+  torch::Tensor out = run_units(0, module_->size(), models::in_memory_format(input.to(device_), memory_format_));
   module_->train();
   return out;
 }

@@ -1,7 +1,9 @@
 #include <algorithm>
-#include <cstring>
+
+#include <ATen/core/dispatch/Dispatcher.h>
 
 #include <torch/csrc/autograd/profiler_legacy.h>
+#include <torch/csrc/jit/ir/alias_analysis.h>
 #include <torch/csrc/jit/passes/inliner.h>
 
 #include "stalepipe/common/error.h"
@@ -12,26 +14,78 @@ namespace {
 
 namespace profiler = torch::autograd::profiler;
 
-// ATen ops that draw from a generator, by name prefix ("aten::rand" covers randn, randint,
-// randperm, random_ and rand_like).
-const char* const kRandomOps[] = {
-    "aten::rand",          "aten::bernoulli",   "aten::normal",           "aten::multinomial",
-    "aten::dropout",       "aten::feature_dropout", "aten::alpha_dropout", "aten::feature_alpha_dropout",
-    "aten::native_dropout", "aten::fused_dropout", "aten::uniform",       "aten::exponential",
-    "aten::geometric",     "aten::cauchy",      "aten::log_normal",       "aten::poisson",
-    "aten::rrelu"};
+// Whether an operation draws random numbers is read from its registration, not from its name:
+// every native ATen operator that takes a Generator or draws from the global one carries the
+// `nondeterministic_seeded` tag (torchgen refuses to build one that lacks it), in LibTorch 1.13
+// and 2.x alike. Operators the interpreter registers itself have no dispatcher entry and so no
+// tags: those in prim:: run the program (constants, control flow, attributes), those that touch
+// no tensor are arithmetic on numbers, strings and lists, and those that touch tensors are
+// listed below as known not to draw (all of 1.13's and 2.11's but the two that draw). Anything else cannot be vouched for and is refused, as
+// the ones that do draw are (aten::_no_grad_normal_, aten::_no_grad_uniform_ of nn.init).
+const char* const kDeterministicInterpreterOps[] = {
+    "aten::Bool", "aten::Complex", "aten::ComplexImplicit", "aten::Delete", "aten::Float",
+    "aten::FloatImplicit", "aten::Int", "aten::IntImplicit", "aten::ScalarImplicit",
+    "aten::__contains__", "aten::__getitem__", "aten::__interpolate", "aten::__upsample",
+    "aten::__upsample_bilinear", "aten::__upsample_nearest", "aten::_grad_sum_to_size",
+    "aten::_index_put_impl_", "aten::_list_to_tensor", "aten::_ncf_unsqueeze", "aten::_ncf_view",
+    "aten::_no_grad_embedding_renorm_", "aten::_no_grad_fill_", "aten::_no_grad_zero_",
+    "aten::_pack_sequence", "aten::_set_item", "aten::_tensor_to_list", "aten::_unsafe_index",
+    "aten::_unsafe_index_put", "aten::as_tensor", "aten::clear", "aten::copy", "aten::copy_", "aten::count", "aten::cpu", "aten::cuda",
+    "aten::dequantize", "aten::dict", "aten::dim", "aten::einsum", "aten::element_size",
+    "aten::eq", "aten::get", "aten::get_device", "aten::index", "aten::index_put",
+    "aten::index_put_", "aten::is_contiguous", "aten::is_non_overlapping_and_dense",
+    "aten::is_strides_like_format", "aten::items", "aten::keys", "aten::len", "aten::mH",
+    "aten::mT", "aten::matrix_H", "aten::ne", "aten::numel", "aten::numpy_T", "aten::pop",
+    "aten::popitem", "aten::remove", "aten::setdefault", "aten::size", "aten::sort",
+    "aten::sorted", "aten::split", "aten::storage_offset", "aten::stride", "aten::sym_numel",
+    "aten::sym_size", "aten::sym_storage_offset", "aten::sym_stride", "aten::tensor", "aten::to",
+    "aten::update", "aten::values"};
 
-bool block_draws(torch::jit::Block* block) {
+bool is_generator(c10::TypePtr type) {
+  if (const auto optional = type->cast<c10::OptionalType>()) type = optional->getElementType();
+  return type->kind() == c10::TypeKind::GeneratorType;
+}
+
+bool holds_tensors(const c10::TypePtr& type) {
+  if (type->kind() == c10::TypeKind::TensorType) return true;
+  const auto contained = type->containedTypes();
+  return std::any_of(contained.begin(), contained.end(), holds_tensors);
+}
+
+// What an interpreter-registered operation (no tags) is known to be.
+RandomDraw interpreter_op_draw(const c10::FunctionSchema& schema) {
+  const std::string& name = schema.name();
+  if (name.rfind("prim::", 0) == 0) return RandomDraw::kNone;
+  for (const char* op : kDeterministicInterpreterOps) {
+    if (name == op) return RandomDraw::kNone;
+  }
+  const auto tensors = [](const std::vector<c10::Argument>& args) {
+    return std::any_of(args.begin(), args.end(), [](const c10::Argument& a) { return holds_tensors(a.type()); });
+  };
+  return tensors(schema.arguments()) || tensors(schema.returns()) ? RandomDraw::kUnknown : RandomDraw::kNone;
+}
+
+RandomDraw node_draw(const torch::jit::Node& node) {
+  const c10::FunctionSchema* schema = node.maybeSchema();
+  if (!schema) return RandomDraw::kNone;  // an instruction of the interpreter: If, Loop, GetAttr, ...
+  const auto& args = schema->arguments();
+  if (std::any_of(args.begin(), args.end(), [](const c10::Argument& a) { return is_generator(a.type()); })) {
+    return RandomDraw::kDraws;
+  }
+  const auto op = c10::Dispatcher::singleton().findOp(schema->operator_name());
+  if (!op) return interpreter_op_draw(*schema);
+  return op->hasTag(at::Tag::nondeterministic_seeded) ? RandomDraw::kDraws : RandomDraw::kNone;
+}
+
+std::optional<RandomOp> block_random_op(torch::jit::Block* block) {
   for (torch::jit::Node* node : block->nodes()) {
-    const char* kind = node->kind().toQualString();
-    for (const char* op : kRandomOps) {
-      if (std::strncmp(kind, op, std::strlen(op)) == 0) return true;
-    }
+    const RandomDraw draw = node_draw(*node);
+    if (draw != RandomDraw::kNone) return RandomOp{node->kind().toQualString(), draw};
     for (torch::jit::Block* sub : node->blocks()) {
-      if (block_draws(sub)) return true;
+      if (auto found = block_random_op(sub)) return found;
     }
   }
-  return false;
+  return std::nullopt;
 }
 
 // The ops whose FLOPs the profiler computes and the zoo counts too (conv and matrix products;
@@ -39,6 +93,16 @@ bool block_draws(torch::jit::Block* block) {
 bool counted_op(const std::string& name) {
   return name == "aten::conv2d" || name == "aten::mm" || name == "aten::addmm" ||
          name == "aten::bmm" || name == "aten::baddbmm";
+}
+
+// The inlined forward graph of `module` (calls of submodules' methods replaced by their code);
+// null where it has no forward.
+std::shared_ptr<torch::jit::Graph> inlined_forward(const torch::jit::Module& module) {
+  const auto forward = module.find_method("forward");
+  if (!forward) return nullptr;
+  std::shared_ptr<torch::jit::Graph> graph = forward->graph()->copy();
+  torch::jit::Inline(*graph);
+  return graph;
 }
 
 std::string flat_name(std::string name) {
@@ -74,6 +138,12 @@ ScriptUnitImpl::ScriptUnitImpl(torch::jit::Module script)
     register_buffer(flat_name(b.name), b.value);
   }
   torch::nn::Module::train(script_.is_training());
+  if (const auto graph = inlined_forward(script_); graph && graph->inputs().size() == 2) {
+    torch::jit::AliasDb aliases(graph);
+    torch::jit::Value* input = graph->inputs()[1];  // [0] is self
+    writes_input_ = aliases.hasWriters(input);
+    may_return_input_ = aliases.mayContainAlias(input, graph->outputs());
+  }
 }
 
 torch::Tensor ScriptUnitImpl::forward(torch::Tensor x) {
@@ -155,12 +225,9 @@ int count_script_weight_layers(const torch::jit::Module& module) {
   return count;
 }
 
-bool draws_random_numbers(const torch::jit::Module& module) {
-  const auto forward = module.find_method("forward");
-  if (!forward) return false;
-  const std::shared_ptr<torch::jit::Graph> graph = forward->graph()->copy();
-  torch::jit::Inline(*graph);
-  return block_draws(graph->block());
+std::optional<RandomOp> random_op(const torch::jit::Module& module) {
+  const auto graph = inlined_forward(module);
+  return graph ? block_random_op(graph->block()) : std::nullopt;
 }
 
 std::optional<DropoutOptions> script_dropout_options(const torch::jit::Module& module) {

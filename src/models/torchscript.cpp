@@ -23,28 +23,47 @@ struct Origin {
   size_t unit = 0;  // 1-based
 };
 
-// The deepest module under `module` (at `path`) whose forward draws random numbers.
+// The deepest module under `module` (at `path`) whose forward has the random operation.
 std::pair<std::string, torch::jit::Module> drawing_module(const torch::jit::Module& module,
                                                           const std::string& path) {
   for (const auto& child : module.named_children()) {
-    if (detail::draws_random_numbers(child.value)) {
-      return drawing_module(child.value, path + "." + child.name);
-    }
+    if (detail::random_op(child.value)) return drawing_module(child.value, path + "." + child.name);
   }
   return {path, module};
 }
 
 void refuse_random_draws(const torch::jit::Module& module, const std::string& path,
                          const Origin& origin) {
-  if (!detail::draws_random_numbers(module)) return;
+  const auto op = detail::random_op(module);
+  if (!op) return;
   const auto [where, drawing] = drawing_module(module, path);
-  throw UsageError(c10::str(
-      origin.file, ": unit ", origin.unit, " (", where, ", ",
-      display_type_name(script_type_name(drawing)),
-      ") draws random numbers from PyTorch's global generator, which concurrent partitions "
-      "cannot make exact; use torch.nn.Dropout (Dropout2d, Dropout3d, AlphaDropout, "
-      "FeatureAlphaDropout) as a unit or as a child of a torch.nn.Sequential unit, where "
-      "stalepipe replaces it with its exact dropout, or remove the draw"));
+  const std::string unit = c10::str(origin.file, ": unit ", origin.unit, " (", where, ", ",
+                                    display_type_name(script_type_name(drawing)), ") calls ", op->name);
+  const char* const remedy =
+      "; use torch.nn.Dropout (Dropout2d, Dropout3d, AlphaDropout, FeatureAlphaDropout) as a unit "
+      "or as a child of a torch.nn.Sequential unit, where stalepipe replaces it with its exact "
+      "dropout, or remove the draw";
+  if (op->draw == detail::RandomDraw::kUnknown) {
+    throw UsageError(c10::str(unit, ", an operation registered without the tags that say whether it "
+                              "draws random numbers and not known to stalepipe not to; concurrent "
+                              "partitions could not make its draws exact, so it is refused", remedy));
+  }
+  throw UsageError(c10::str(unit, ", which draws random numbers from PyTorch's global generator; "
+                            "concurrent partitions cannot make that exact", remedy));
+}
+
+// Stalepipe's exact dropout for a scripted stock dropout module; its settings checked here, so
+// that a refusal (e.g. p = 1) names the file and the unit.
+torch::nn::AnyModule exact_dropout(const torch::jit::Module& module, const DropoutOptions& options,
+                                   const std::string& path, const Origin& origin) {
+  try {
+    auto exact = torch::nn::AnyModule(Dropout(options));
+    exact.ptr()->train(module.is_training());  // a file saved in eval mode keeps it
+    return exact;
+  } catch (const UsageError& e) {
+    throw UsageError(c10::str(origin.file, ": unit ", origin.unit, " (", path, ", ",
+                              display_type_name(script_type_name(module)), "): ", e.what()));
+  }
 }
 
 // The stalepipe module for the scripted `module` at `path`: a Sequential is unrolled (so the
@@ -53,9 +72,7 @@ void refuse_random_draws(const torch::jit::Module& module, const std::string& pa
 torch::nn::AnyModule to_unit_module(const torch::jit::Module& module, const std::string& path,
                                     const Origin& origin) {
   if (const auto dropout = detail::script_dropout_options(module)) {
-    auto exact = torch::nn::AnyModule(Dropout(*dropout));
-    exact.ptr()->train(module.is_training());  // a file saved in eval mode keeps it
-    return exact;
+    return exact_dropout(module, *dropout, path, origin);
   }
   const auto children = module.named_children();
   if (detail::is_torch_nn(script_type_name(module), "Sequential") && children.size() > 0) {
@@ -81,16 +98,36 @@ bool is_torch_save_archive(const std::string& path) {
 }
 
 torch::jit::Module read_script(const std::string& path) {
+  SP_CHECK_ARG(!std::filesystem::is_directory(path), path,
+               ": is a directory; expected a TorchScript module file saved with torch.jit.save");
   SP_CHECK_ARG(std::filesystem::is_regular_file(path), path,
                ": no such file; expected a TorchScript module saved with torch.jit.save");
+  torch::jit::Module module;
   try {
-    return torch::jit::load(path, torch::kCPU);
+    module = torch::jit::load(path, torch::kCPU);
   } catch (const std::exception& e) {  // c10::Error, or the script compiler's ErrorReport
     SP_CHECK_ARG(!is_torch_save_archive(path), path,
                  ": holds data saved with torch.save (a state dict, a tensor or a pickled "
                  "module), not a TorchScript module; save torch.jit.script(net) with torch.jit.save");
     throw RuntimeError(c10::str(path, ": not a TorchScript module PyTorch 1.13 can read (",
                                 detail::script_error_cause(e), ")"));
+  }
+  detail::check_record_crcs(path);
+  return module;
+}
+
+// A weight that is NaN or infinite would only show as outputs that differ from themselves.
+void check_finite(const torch::jit::Module& script, const std::string& path) {
+  size_t unit = 0;
+  for (const auto& child : script.named_children()) {
+    ++unit;
+    auto check = [&](const char* what, const std::string& name, const torch::Tensor& t) {
+      SP_CHECK_ARG(!t.is_floating_point() || torch::isfinite(t).all().item<bool>(), path, ": unit ", unit, " (",
+                   child.name, "): ", what, " ", child.name, ".", name,
+                   " is not finite (it holds NaN or infinity); stalepipe trains from finite weights only");
+    };
+    for (const auto& p : child.value.named_parameters(/*recurse=*/true)) check("parameter", p.name, p.value);
+    for (const auto& b : child.value.named_buffers(/*recurse=*/true)) check("buffer", b.name, b.value);
   }
 }
 
@@ -166,6 +203,7 @@ Model load_torchscript(const std::string& path, const InputShape& input) {
   SP_CHECK_ARG(children.size() > 0, path,
                ": the scripted module has no child modules; stalepipe makes one unit of each "
                "top-level child, e.g. of each layer of a torch.nn.Sequential");
+  check_finite(script, path);
   ModelBuilder builder(std::filesystem::path(path).stem().string(), input);
   Origin origin{path, 0};
   for (const auto& child : children) {

@@ -28,11 +28,21 @@ class ScriptUnitImpl : public torch::nn::Module, public FlopCounted {
   // FLOPs of one forward as the autograd profiler counts them: aten::conv2d and the matrix
   // products (mm, addmm, bmm), 2 per multiply-add; other convolutions count 0.
   double forward_flops(const std::vector<int64_t>& input_shape) const override;
+  // From the forward graph's alias analysis: whether it may write into its input, and whether
+  // its output may be the input or a view of it (models/in_place.h).
+  bool writes_input() const { return writes_input_; }
+  bool may_return_input() const { return may_return_input_; }
 
  private:
   mutable torch::jit::Module script_;  // forward_flops runs a forward
+  bool writes_input_ = false;
+  bool may_return_input_ = false;
 };
 TORCH_MODULE(ScriptUnit);
+
+// Throws RuntimeError naming `path` and the record whose CRC-32 differs from the one the zip
+// directory records (LibTorch's reader does not check them).
+void check_record_crcs(const std::string& path);
 
 // One line for an error a scripted forward threw: the interpreter's cause after its traceback
 // ("RuntimeError: mat1 and mat2 shapes cannot be multiplied ..."), else the first line.
@@ -49,8 +59,15 @@ bool is_torch_nn(const std::string& type, const std::string& name);
 // Conv1d/2d/3d, ConvTranspose1d/2d/3d, Linear and Bilinear modules in `module`, itself included.
 int count_script_weight_layers(const torch::jit::Module& module);
 
-// Whether the inlined forward graph of `module` calls an ATen op that draws random numbers.
-bool draws_random_numbers(const torch::jit::Module& module);
+// An operation in a forward that draws random numbers (kDraws: its registration says so), or
+// that stalepipe cannot tell about (kUnknown: registered without tags and not known to it).
+enum class RandomDraw { kNone, kDraws, kUnknown };
+struct RandomOp {
+  std::string name;  // "aten::binomial"
+  RandomDraw draw = RandomDraw::kDraws;
+};
+// The first such operation in the inlined forward graph of `module`, if any.
+std::optional<RandomOp> random_op(const torch::jit::Module& module);
 
 // The exact-dropout settings for a scripted stock dropout module (Dropout, Dropout1d/2d/3d,
 // AlphaDropout, FeatureAlphaDropout; p read from its attribute); nullopt for any other module.

@@ -83,8 +83,10 @@ EpochSummary metrics_from_json(const nlohmann::json& j) {
 
 }  // namespace
 
-void write_config(const std::string& run_dir, const Options& options) {
-  write_file_atomic(in_dir(run_dir, "config.json"), to_json(options).dump(2) + "\n");
+void write_config(const std::string& run_dir, const Options& options, const std::optional<ModelFile>& model_file) {
+  nlohmann::json config = to_json(options);
+  if (model_file) add_model_file(config, *model_file);
+  write_file_atomic(in_dir(run_dir, "config.json"), config.dump(2) + "\n");
 }
 
 void start_metrics(const std::string& run_dir) { write_file_atomic(in_dir(run_dir, "metrics.jsonl"), ""); }

@@ -4,17 +4,20 @@
 // the machine) and summary.json; and the peak memory the summary reports.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "model_file.h"
 #include "stalepipe/api/pipeline_trainer.h"
 #include "stalepipe/train/time_to_target.h"
 
 namespace stalepipe::train {
 
-void write_config(const std::string& run_dir, const Options& options);
+// The options, and where a model file is trained, its absolute path and digest (model_file.h).
+void write_config(const std::string& run_dir, const Options& options, const std::optional<ModelFile>& model_file);
 // metrics.jsonl starts empty.
 void start_metrics(const std::string& run_dir);
 void append_metrics(const std::string& run_dir, const EpochSummary& epoch);

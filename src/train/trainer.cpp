@@ -6,6 +6,7 @@
 #include <memory>
 #include <optional>
 
+#include "model_file.h"
 #include "run_files.h"
 #include "run_lock.h"
 #include "common/json_file_impl.h"
@@ -51,10 +52,12 @@ class LoaderSource : public BatchSource {
   int64_t next_index_ = 0;
 };
 
-// The zoo model RunOptions::model names, or the TorchScript file RunOptions::model_file.
-models::Model make_run_model(const RunOptions& r, const models::InputShape& input) {
-  return r.model_file().empty() ? models::make_model(r.model(), input, models::ZooOptions().dropout(r.dropout()))
-                                : models::load_torchscript(r.model_file(), input);
+// The zoo model RunOptions::model names, or the TorchScript file RunOptions::model_file (at
+// the absolute path `file` records).
+models::Model make_run_model(const RunOptions& r, const models::InputShape& input,
+                             const std::optional<ModelFile>& file) {
+  return file ? models::load_torchscript(file->path, input)
+              : models::make_model(r.model(), input, models::ZooOptions().dropout(r.dropout()));
 }
 
 // What the logs and summary.json call the model.
@@ -63,6 +66,9 @@ std::string model_label(const RunOptions& r) { return r.model_file().empty() ? r
 // Everything a run builds from its options, in the data path's order.
 struct Run {
   Options options;
+  // The file RunOptions::model_file names: as it is now for a fresh run, as config.json
+  // records it for a resumed one (nullopt there for a run written before it recorded it).
+  std::optional<ModelFile> model_file;
   data::DataSplit data;
   std::unique_ptr<data::Loader> train_loader, test_loader;
   std::unique_ptr<PipelineTrainer> trainer;
@@ -114,9 +120,14 @@ void build(Run& run) {
   // The network's output width: the classes, or the regression target's width.
   const data::Dataset& train = run.data.train;
   input.num_classes = train.num_classes > 0 ? train.num_classes : train.labels.size(1);
+  if (run.model_file) check_unchanged(*run.model_file);
+  if (!o.run().model_file().empty() && !run.model_file) run.model_file = model_file_now(o.run().model_file());
   torch::manual_seed(o.run().seed());
-  auto model = make_run_model(o.run(), input);
+  auto model = make_run_model(o.run(), input, run.model_file);
   run.trainer = std::make_unique<PipelineTrainer>(std::move(model), o, run.train_loader->batches_per_epoch());
+  if (run.model_file && o.pipeline().executor() == ExecutorKind::kProcesses) {
+    check_same_on_every_rank(run.trainer->group(), run.trainer->plan().num_partitions(), *run.model_file);
+  }
   // config.json records the cut and the layout chosen, so that a resumed run keeps them.
   o.pipeline().ppv(run.trainer->plan().ppv).layout(run.trainer->options().pipeline().layout());
 }
@@ -208,7 +219,7 @@ TrainResult run_training(Run& run, bool resumed, const TrainHooks& hooks) {
   TrainResult result;
   if (!out.empty() && leader) {
     fs::create_directories(out);
-    if (!resumed) write_config(out, o);
+    if (!resumed) write_config(out, o, run.model_file);
     result.machines = record_sitting(out, resumed ? t.step() : 0, !resumed);
     if (resumed) {
       MetricsHistory history = reload_metrics(out, t.epochs_done(), t.step());
@@ -339,6 +350,7 @@ Options read_run_config(const std::string& run_dir) {
 TrainResult resume(const std::string& run_dir, const TrainHooks& hooks, const exec::ProcessGroupOptions& group) {
   Run run;
   run.options = read_run_config(run_dir);
+  run.model_file = recorded_model_file(run_dir);
   run.options.pipeline().group(group);
   const auto lock = lock_run(run.options);  // read_run_config has checked that run_dir is a run
   const auto info = exec::read_checkpoint_info(run_dir);
@@ -352,6 +364,7 @@ TrainResult resume(const std::string& run_dir, const TrainHooks& hooks, const ex
 EvalResult evaluate_run(const std::string& run_dir, int threads) {
   Run run;
   run.options = read_run_config(run_dir);
+  run.model_file = recorded_model_file(run_dir);
   run.options.pipeline().executor(ExecutorKind::kEmulated);  // every partition here
   if (threads > 0) run.options.pipeline().threads(threads);
   build(run);

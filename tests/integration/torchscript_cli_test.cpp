@@ -2,6 +2,8 @@
 // Python (built here in C++, as torch.jit.script makes it) through the CLI, and every way a
 // file can be wrong, each with its exit status and one line.
 #include <algorithm>
+#include <cmath>
+#include <filesystem>
 #include <fstream>
 
 #include <gtest/gtest.h>
@@ -9,6 +11,7 @@
 #include <torch/script.h>
 
 #include "support/cli.h"
+#include "support/ranks.h"
 #include "support/script_modules.h"
 #include "support/temp_dir.h"
 
@@ -36,13 +39,18 @@ void expect_one_line_error(const CliResult& r, int status, const std::string& fr
 }
 
 // LeNet-like for the 1x32x32 synthetic data and its 10 classes: 4 units, 3 weight layers.
-std::string lenet_file(const TempDir& dir) {
-  torch::manual_seed(5);
-  return save_script(
-      script_sequential({script_sequential({script_conv2d(1, 4, 5), script_relu(), script_max_pool2d(2)}),
-                         script_sequential({script_conv2d(4, 8, 5), script_relu(), script_max_pool2d(2)}),
-                         script_flatten(), script_linear(200, 10)}),
-      dir.file("lenet.pt"));
+torch::jit::Module lenet(uint64_t seed = 5) {
+  torch::manual_seed(seed);
+  return script_sequential({script_sequential({script_conv2d(1, 4, 5), script_relu(), script_max_pool2d(2)}),
+                            script_sequential({script_conv2d(4, 8, 5), script_relu(), script_max_pool2d(2)}),
+                            script_flatten(), script_linear(200, 10)});
+}
+
+std::string lenet_file(const TempDir& dir) { return save_script(lenet(), dir.file("lenet.pt")); }
+
+std::string bytes_of(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
 
 TEST(TorchScriptCli, LayersListsTheFilesUnits) {
@@ -80,11 +88,7 @@ TEST(TorchScriptCli, BadFilesAndFlags) {
   std::ofstream(dir.file("garbage.pt")) << "print('hello')\n";
   expect_one_line_error(run_cli(small_run(dir.file("garbage.pt"))), 1,
                         "garbage.pt: not a TorchScript module PyTorch 1.13 can read");
-  {
-    std::ifstream in(good, std::ios::binary);
-    const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    std::ofstream(dir.file("truncated.pt"), std::ios::binary) << bytes.substr(0, bytes.size() - 100);
-  }
+  std::ofstream(dir.file("truncated.pt"), std::ios::binary) << bytes_of(good).substr(0, bytes_of(good).size() - 100);
   expect_one_line_error(run_cli(small_run(dir.file("truncated.pt"))), 1, "truncated.pt: not a TorchScript module");
   expect_one_line_error(run_cli(small_run(save_future_archive(dir.file("future.pt")))), 1,
                         "future.pt: not a TorchScript module PyTorch 1.13 can read (Attempted to read a PyTorch file with version 99");
@@ -98,11 +102,90 @@ TEST(TorchScriptCli, BadFilesAndFlags) {
   auto block = script_module("__torch__.Head", {{"drop", script_dropout(0.5)}, {"fc", script_linear(1024, 10)}},
                              "\ndef forward(self, x):\n    return self.fc.forward(self.drop.forward(torch.flatten(x, 1)))\n");
   expect_one_line_error(run_cli(small_run(save_script(script_sequential({block}), dir.file("random.pt")))), 2,
-                        "random.pt: unit 1 (0.drop, torch.nn.Dropout) draws random numbers");
+                        "random.pt: unit 1 (0.drop, torch.nn.Dropout) calls aten::dropout, which draws random numbers");
   expect_one_line_error(run_cli(with(small_run(good), {"--model", "resnet20"})), 2,
                         "--model-file " + good + " and --model resnet20 name two models");
   expect_one_line_error(run_cli({"train", "--data", "synthetic:64", "--export", dir.file("x.pt")}), 2,
                         "--export " + dir.file("x.pt") + " writes a model loaded with --model-file");
+}
+
+// config.json records where the file is and a digest of its content: a run resumes from any
+// directory, and not from a file replaced under the same path.
+TEST(TorchScriptCli, ResumeFindsTheFileFromAnywhereAndRefusesAReplacedOne) {
+  TempDir dir;
+  const std::string file = lenet_file(dir), run = dir.file("run"), original = bytes_of(file);
+  const auto stopped = run_cli(with(small_run("lenet.pt"), {"--out", run, "--stop-at-step", "3", "--checkpoint-every", "3"}),
+                               dir.path());
+  ASSERT_EQ(stopped.status, 130) << stopped.err;
+  const auto config = nlohmann::json::parse(std::ifstream(run + "/config.json"));
+  EXPECT_EQ(config.at("model_file"), "lenet.pt");
+  EXPECT_EQ(config.at("model_file_path"), file);
+  const std::string digest = config.at("model_file_digest");
+  EXPECT_EQ(digest.rfind("crc32:", 0), 0u) << digest;
+
+  save_script(lenet(6), file);
+  const auto replaced = run_cli({"train", "--resume", run, "--progress", "none"}, "/");
+  expect_one_line_error(replaced, 2, "model file " + file + " has changed since the run started: its content digest is crc32:");
+  EXPECT_NE(replaced.err.find(", config.json records " + digest + ";"), std::string::npos) << replaced.err;
+
+  std::ofstream(file, std::ios::binary | std::ios::trunc) << original;
+  const auto resumed = run_cli({"train", "--resume", run, "--progress", "none"}, "/");
+  EXPECT_EQ(resumed.status, 0) << resumed.err;
+}
+
+TEST(TorchScriptCli, FilesThatLoadButCannotBeTrainedSayWhy) {
+  TempDir dir;
+  const std::string damaged = damage_record(lenet_file(dir), "data/0");
+  expect_one_line_error(run_cli(small_run(damaged)), 1, "lenet.pt: damaged: record data/0 has CRC-32 ");
+  auto nan = lenet();
+  {
+    torch::NoGradGuard no_grad;
+    (*nan.named_parameters().begin()).value.view(-1)[0].fill_(std::nan(""));
+  }
+  expect_one_line_error(run_cli(small_run(save_script(nan, dir.file("nan.pt")))), 2,
+                        "nan.pt: unit 1 (0): parameter 0.0.weight is not finite");
+  expect_one_line_error(run_cli(small_run(dir.path())), 2, dir.path() + ": is a directory");
+  const std::string certain =
+      save_script(script_sequential({script_flatten(), script_dropout(1.0), script_linear(1024, 10)}), dir.file("drop.pt"));
+  expect_one_line_error(run_cli(small_run(certain)), 2,
+                        "drop.pt: unit 2 (1, torch.nn.Dropout): dropout probability must be in [0, 1), got 1");
+}
+
+TEST(TorchScriptCli, ExportDestinationIsCheckedBeforeTraining) {
+  TempDir dir;
+  const std::string good = lenet_file(dir), nowhere = dir.file("no/such/dir/x.pt");
+  const auto missing = run_cli(with(small_run(good), {"--export", nowhere}));
+  expect_one_line_error(missing, 2, "--export " + nowhere + ": cannot be written (No such file or directory)");
+  EXPECT_EQ(missing.err.find("epoch "), std::string::npos) << "trained before refusing: " << missing.err;
+  expect_one_line_error(run_cli(with(small_run(good), {"--export", dir.path()})), 2, "--export " + dir.path() + ": is a directory");
+}
+
+TEST(TorchScriptCli, TrainHelpListsEveryDataSet) {
+  const auto help = run_cli({"train", "--help"});
+  ASSERT_EQ(help.status, 0) << help.err;
+  EXPECT_NE(help.out.find("synthetic-regression"), std::string::npos) << help.out;
+}
+
+// Two ranks, one file name, two contents (each rank in its own directory): both refuse.
+TEST(TorchScriptCli, RanksOfAProcessesRunMustLoadTheSameFile) {
+  TempDir dir;
+  std::filesystem::create_directories(dir.file("a"));
+  std::filesystem::create_directories(dir.file("b"));
+  save_script(lenet(5), dir.file("a/net.pt"));
+  save_script(lenet(6), dir.file("b/net.pt"));
+  const int port = free_port();
+  std::vector<pid_t> pids;
+  for (int r = 0; r < 2; ++r) {
+    pids.push_back(spawn(with(small_run("net.pt"), {"--executor", "processes"}), rank_env(r, 2, port),
+                         dir.file("rank" + std::to_string(r) + ".log"), STALEPIPE_BINARY, dir.file(r == 0 ? "a" : "b")));
+  }
+  for (int r = 0; r < 2; ++r) {
+    const int status = wait_for(pids[r], 120);
+    const std::string full = slurp(dir.file("rank" + std::to_string(r) + ".log"));
+    EXPECT_EQ(status, 2) << full;
+    EXPECT_NE(full.find("net.pt: rank 1 loaded content with digest crc32:"), std::string::npos) << full;
+    EXPECT_NE(full.find(", rank 0 crc32:"), std::string::npos) << full;
+  }
 }
 
 }  // namespace

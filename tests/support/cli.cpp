@@ -22,9 +22,10 @@ std::string slurp(const std::string& path) {
 }  // namespace
 
 pid_t start_cli(const std::vector<std::string>& args, const std::string& out_path,
-                const std::string& err_path) {
+                const std::string& err_path, const std::string& cwd) {
   const pid_t pid = fork();
   if (pid == 0) {
+    if (!cwd.empty() && chdir(cwd.c_str()) != 0) _exit(126);
     const int in = open("/dev/null", O_RDONLY);
     const int out = open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     const int err = open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
@@ -50,10 +51,10 @@ int wait_cli(pid_t pid) {
   return 128 + WTERMSIG(status);
 }
 
-CliResult run_cli(const std::vector<std::string>& args) {
+CliResult run_cli(const std::vector<std::string>& args, const std::string& cwd) {
   TempDir dir;
   CliResult r;
-  r.status = wait_cli(start_cli(args, dir.path() + "/out", dir.path() + "/err"));
+  r.status = wait_cli(start_cli(args, dir.path() + "/out", dir.path() + "/err", cwd));
   r.out = slurp(dir.path() + "/out");
   r.err = slurp(dir.path() + "/err");
   return r;

@@ -13,12 +13,13 @@ struct CliResult {
   std::string out, err;
 };
 
-// Runs `stalepipe args...` to completion (stdin closed), capturing its output.
-CliResult run_cli(const std::vector<std::string>& args);
+// Runs `stalepipe args...` to completion (stdin closed), capturing its output; in the working
+// directory `cwd` where one is given.
+CliResult run_cli(const std::vector<std::string>& args, const std::string& cwd = "");
 
 // Starts `stalepipe args...` with stdout/stderr sent to files; returns its pid.
 pid_t start_cli(const std::vector<std::string>& args, const std::string& out_path,
-                const std::string& err_path);
+                const std::string& err_path, const std::string& cwd = "");
 // Waits for pid; returns its exit status, or 128 + signal.
 int wait_cli(pid_t pid);
 

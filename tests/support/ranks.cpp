@@ -33,9 +33,10 @@ int free_port() {
 }
 
 pid_t spawn(const std::vector<std::string>& args, const std::vector<std::string>& env,
-            const std::string& log, const char* binary) {
+            const std::string& log, const char* binary, const std::string& cwd) {
   const pid_t pid = ::fork();
   if (pid == 0) {
+    if (!cwd.empty() && ::chdir(cwd.c_str()) != 0) ::_exit(126);
     const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     ::dup2(fd, 1);
     ::dup2(fd, 2);

@@ -16,9 +16,9 @@ namespace stalepipe::test {
 int free_port();
 
 // Starts `binary` (the CLI by default) with `args`, extra environment `env` ("K=V"), output
-// to `log`.
+// to `log`, in the working directory `cwd` where one is given.
 pid_t spawn(const std::vector<std::string>& args, const std::vector<std::string>& env,
-            const std::string& log, const char* binary = STALEPIPE_BINARY);
+            const std::string& log, const char* binary = STALEPIPE_BINARY, const std::string& cwd = "");
 
 // Exit status (128+signal if killed), or -1 if still running after `seconds` (then killed).
 int wait_for(pid_t pid, double seconds);

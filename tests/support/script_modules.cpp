@@ -1,5 +1,7 @@
 #include "support/script_modules.h"
 
+#include <fstream>
+
 #include <caffe2/serialize/inline_container.h>
 
 namespace stalepipe::test {
@@ -45,6 +47,15 @@ torch::jit::Module script_relu() {
   m.define(R"(
 def forward(self, x):
     return torch.relu(x)
+)");
+  return m;
+}
+
+torch::jit::Module script_relu_inplace() {
+  auto m = make("activation.ReLU");
+  m.define(R"(
+def forward(self, x):
+    return torch.relu_(x)
 )");
   return m;
 }
@@ -137,6 +148,16 @@ std::string save_archive(const std::string& path, uint64_t version) {
 std::string save_future_archive(const std::string& path) { return save_archive(path, 99); }
 
 std::string save_torch_save_archive(const std::string& path) { return save_archive(path, 3); }
+
+std::string damage_record(const std::string& path, const std::string& record) {
+  const auto offset = caffe2::serialize::PyTorchStreamReader(path).getRecordOffset(record);
+  std::fstream file(path, std::ios::in | std::ios::out | std::ios::binary);
+  file.seekg(static_cast<std::streamoff>(offset));
+  const char byte = static_cast<char>(file.get() ^ 1);
+  file.seekp(static_cast<std::streamoff>(offset));
+  file.put(byte);
+  return path;
+}
 
 std::string save_script(torch::jit::Module module, const std::string& path) {
   module.save(path);

@@ -14,6 +14,8 @@ namespace stalepipe::test {
 torch::jit::Module script_conv2d(int64_t in_channels, int64_t out_channels, int64_t kernel);
 torch::jit::Module script_linear(int64_t in_features, int64_t out_features);
 torch::jit::Module script_relu();
+// torch.nn.ReLU(inplace=True) as torch.jit.script makes it: torch.relu_ on its input.
+torch::jit::Module script_relu_inplace();
 torch::jit::Module script_max_pool2d(int64_t kernel);
 torch::jit::Module script_flatten();
 // A batch norm over channels with running statistics (buffers) and a num_batches_tracked.
@@ -37,6 +39,10 @@ torch::jit::Module script_small_cnn();
 std::string save_future_archive(const std::string& path);
 // An archive as Python's torch.save writes it (pickled data, no code); returns `path`.
 std::string save_torch_save_archive(const std::string& path);
+
+// Flips one bit of the first byte of record `record` (e.g. "data/0", the first tensor) of the
+// archive at `path`, leaving the CRC-32 its zip directory records as it was; returns `path`.
+std::string damage_record(const std::string& path, const std::string& record);
 
 // Saves `module` to `path` (Module::save, as torch.jit.save does) and returns `path`.
 std::string save_script(torch::jit::Module module, const std::string& path);

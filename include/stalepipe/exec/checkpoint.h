@@ -32,6 +32,7 @@
 #include <string>
 #include <vector>
 
+#include "stalepipe/common/crc32.h"
 #include "stalepipe/exec/stage.h"
 
 namespace stalepipe::exec {
@@ -65,8 +66,8 @@ struct CheckpointManifest {
   std::vector<ShardDigest> digests; // one per shard; empty for format 1
 };
 
-// CRC-32 of `bytes` (zlib's crc32, the IEEE polynomial that gzip and PNG use).
-uint32_t crc32_of(const std::string& bytes);
+// CRC-32 of `bytes` (common/crc32.h), as the manifests record it.
+using stalepipe::crc32_of;
 
 // Throws RuntimeError on I/O failure.
 void save_checkpoint(const std::string& run_dir, const std::vector<Stage*>& stages,

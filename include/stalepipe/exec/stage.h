@@ -144,7 +144,7 @@ class Stage {
   // The module's forward on p.input with the weights this forward of `step` should see;
   // fills p.weights and, with recomputation, p.head_output and p.head_weights.
   torch::Tensor forward_with_weights(int64_t step, int micro, Pending& p);
-  // Units [first, last) of the module on x.
+  // Units [first, last) of the module on x (on a copy where unit `first` writes into its input).
   torch::Tensor run_units(size_t first, size_t last, torch::Tensor x);
   // Recomputation: the recomputed units' forward again, then their backward from `grad`
   // (undefined: the gradient the rest of the stage's backward left in p.head_output).
@@ -165,6 +165,7 @@ class Stage {
   bool stash_weights_ = false;
   std::function<double(int64_t)> lr_;
   size_t recompute_units_ = 0;
+  std::vector<bool> writes_input_;  // per unit: models::writes_its_input
   std::vector<torch::Tensor> recompute_params_;   // the recomputed units' parameters
   std::vector<torch::Tensor> recompute_buffers_;  // and buffers
 };

@@ -1,6 +1,7 @@
 // Networks written in Python: a TorchScript file trains as a Model and goes back to
 // TorchScript. The files are built in C++ (support/script_modules.h), as torch.jit.script
 // would make them, so no Python is needed.
+#include <cmath>
 #include <fstream>
 
 #include <gtest/gtest.h>
@@ -200,12 +201,44 @@ TEST(TorchScript, RefusesModulesItCannotTrainAsUnits) {
   auto block = test::script_module("__torch__.Block", {{"fc", script_linear(64, 3)}, {"drop", test::script_dropout(0.2)}},
                                    "\ndef forward(self, x):\n    return self.drop.forward(self.fc.forward(torch.flatten(x, 1)))\n");
   const std::string random = load(script_sequential({block}));
-  EXPECT_NE(random.find("m.pt: unit 1 (0.drop, torch.nn.Dropout) draws random numbers from PyTorch's global generator"),
+  EXPECT_NE(random.find("m.pt: unit 1 (0.drop, torch.nn.Dropout) calls aten::dropout, which draws random numbers "
+                        "from PyTorch's global generator"),
             std::string::npos) << random;
   // A forward that is not the children in order (here: it skips the ReLU).
   const std::string chain = load(test::script_module("__torch__.Net", {{"flat", script_flatten()}, {"fc", script_linear(64, 3)}, {"act", script_relu()}},
                                                      "\ndef forward(self, x):\n    return self.fc.forward(self.flat.forward(x))\n"));
   EXPECT_NE(chain.find("m.pt: the module's forward is not its children run in order"), std::string::npos) << chain;
+}
+
+TEST(TorchScript, FilesThatLoadButCannotBeTrainedSayWhy) {
+  test::TempDir dir;
+  EXPECT_NE(error_of<UsageError>([&] { models::load_torchscript(dir.path(), kInput); }).find(dir.path() + ": is a directory"),
+            std::string::npos);
+  // A weight record whose bytes no longer match its CRC-32 loads in LibTorch, which does not check.
+  const std::string damaged = test::damage_record(small_cnn_file(dir), "data/0");
+  ASSERT_NO_THROW(torch::jit::load(damaged));
+  const std::string crc = error_of<RuntimeError>([&] { models::load_torchscript(damaged, kInput); });
+  EXPECT_NE(crc.find("cnn.pt: damaged: record data/0 has CRC-32 "), std::string::npos) << crc;
+  EXPECT_NE(crc.find(", the zip directory records "), std::string::npos) << crc;
+
+  torch::manual_seed(1);
+  auto nan = test::script_small_cnn();
+  {
+    torch::NoGradGuard no_grad;
+    (*nan.named_parameters().begin()).value.view(-1)[0].fill_(std::nan(""));
+  }
+  const std::string weight = error_of<UsageError>(
+      [&] { models::load_torchscript(test::save_script(nan, dir.file("nan.pt")), kInput); });
+  EXPECT_NE(weight.find("nan.pt: unit 1 (0): parameter 0.0.weight is not finite"), std::string::npos) << weight;
+
+  const std::string certain = error_of<UsageError>([&] {
+    models::load_torchscript(
+        test::save_script(script_sequential({script_flatten(), test::script_dropout(1.0), script_linear(64, 3)}),
+                          dir.file("drop.pt")),
+        kInput);
+  });
+  EXPECT_NE(certain.find("drop.pt: unit 2 (1, torch.nn.Dropout): dropout probability must be in [0, 1), got 1"),
+            std::string::npos) << certain;
 }
 
 TEST(TorchScript, ExportNeedsAModelLoadedFromTorchScript) {
