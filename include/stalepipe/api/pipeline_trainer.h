@@ -45,6 +45,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -269,6 +270,11 @@ class PipelineTrainer {
     int64_t end_step = 0;
     bool stopped = false, exhausted = false;
   };
+  // What one segment ran, for the staleness tally.
+  struct SegmentRun {
+    schedule::Schedule schedule;
+    exec::SegmentResult result;
+  };
   template <typename Range>
   friend class RangeSource;
 
@@ -277,6 +283,11 @@ class PipelineTrainer {
   void describe();
   void check_usable(const char* what) const;
   void check_drained(const char* what) const;
+  void check_segment(int64_t first, int64_t end) const;
+  SegmentRun execute_segment(int64_t first, int64_t end, exec::SegmentContext context);
+  exec::SegmentResult record_segment(const SegmentRun& run);
+  // Makes the failure sticky (for exceptions derived from std::exception) and rethrows it.
+  [[noreturn]] void fail(const std::exception_ptr& error);
   Segment run_fit_segment(BatchSource& source, int64_t end, const FitHooks& hooks);
   int64_t segment_end(int64_t epoch_end) const;
   FitResult run_epochs(BatchSource& train, BatchSource* test, int64_t last_epoch, const FitHooks& hooks);
