@@ -4,10 +4,12 @@
 #                                                    Sanitizer, in ./build-asan
 #   scripts/sanitize.sh thread [ctest arguments...]  clang's ThreadSanitizer, in ./build-tsan
 # Debug-like builds (-O1, frame pointers). Slow: a full build (about twice the Release one) plus
-# tests several times slower (TSan: 5-15x).
+# tests several times slower (TSan: 5-15x). SANITIZE_JOBS (default 2) sets the build's and
+# ctest's parallelism.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mode=address
+jobs=${SANITIZE_JOBS:-2}
 if [[ "${1:-}" == thread ]]; then
   mode=thread
   shift
@@ -19,12 +21,12 @@ if [[ $mode == address ]]; then
   flags="-O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined"
   cmake -S . -B build-asan "${common[@]}" -DCMAKE_CXX_FLAGS="$flags" \
     -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" >/dev/null
-  cmake --build build-asan -j2
+  cmake --build build-asan -j"$jobs"
   # LibTorch is not instrumented and keeps global state to the end: no leak checking.
   export ASAN_OPTIONS="detect_leaks=0:abort_on_error=1"
   export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
-  ctest --test-dir build-asan -L unit -j2 --output-on-failure "$@"
-  ctest --test-dir build-asan -L integration -j2 --output-on-failure "$@"
+  ctest --test-dir build-asan -L unit -j"$jobs" --output-on-failure "$@"
+  ctest --test-dir build-asan -L integration -j"$jobs" --output-on-failure "$@"
   exit 0
 fi
 
@@ -35,8 +37,8 @@ compiler=${TSAN_CXX:-clang++-14}
 flags="-O1 -g -fno-omit-frame-pointer -fsanitize=thread"
 cmake -S . -B build-tsan "${common[@]}" -DCMAKE_CXX_COMPILER="$compiler" -DCMAKE_CXX_FLAGS="$flags" \
   -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=thread" >/dev/null
-cmake --build build-tsan -j2
-cmake --build build-tsan -j2 --target tsan_canary
+cmake --build build-tsan -j"$jobs"
+cmake --build build-tsan -j"$jobs" --target tsan_canary
 export TSAN_OPTIONS="suppressions=$PWD/scripts/tsan.supp second_deadlock_stack=1 history_size=4"
 # The canary races on purpose in our own code: a run that does not report it would also miss
 # ours (suppressions too wide, or no instrumentation), so the script fails if TSan stays silent.
@@ -50,5 +52,5 @@ if ! grep -q "WARNING: ThreadSanitizer: data race" <<<"$canary" || ! grep -q "ra
   exit 1
 fi
 echo "sanitize.sh: TSan reported the canary's race, as it must"
-ctest --test-dir build-tsan -L unit -j2 --output-on-failure "$@"
-ctest --test-dir build-tsan -L integration -j2 --output-on-failure "$@"
+ctest --test-dir build-tsan -L unit -j"$jobs" --output-on-failure "$@"
+ctest --test-dir build-tsan -L integration -j"$jobs" --output-on-failure "$@"
