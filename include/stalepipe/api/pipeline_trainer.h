@@ -29,7 +29,8 @@
 //
 // Threading: one thread at a time may call a PipelineTrainer. With the threads executor, K
 // worker threads run the partitions while feed() returns; hooks and callbacks run on the
-// calling thread, except options.optimizer().lr_at and .loss, which run on worker threads.
+// calling thread, except options.optimizer().lr_at and .loss and FitHooks::on_op, which run
+// on worker threads (feed(): on the segment's own thread with every executor).
 //
 // Processes: with PipelineOptions::executor kProcesses every rank builds the same trainer
 // (options.pipeline().group says where it sits) and makes the same calls; rank r trains
@@ -136,7 +137,7 @@ class BatchSource {
   virtual exec::Input next() = 0;
 };
 
-// The training loop's hooks. All run on the calling thread.
+// The training loop's hooks. All but on_op run on the calling thread.
 struct FitHooks {
   // Every mini-batch's loss, in step order (where the last partition runs).
   std::function<void(const StepLoss&)> on_step;
@@ -156,7 +157,8 @@ struct FitHooks {
   // takes it off the segment's seconds, so a run paused while something else is timed keeps
   // its time to accuracy.
   const std::atomic<int64_t>* suspended_ns = nullptr;
-  // Tracing: every op of every segment (exec::SegmentContext::on_op).
+  // Tracing: every op of every segment (exec::SegmentContext::on_op). Runs on the workers'
+  // threads, concurrently with the threads executor: it must synchronise what it records.
   std::function<void(int worker, const schedule::Op& op, double start, double end)> on_op;
 };
 
