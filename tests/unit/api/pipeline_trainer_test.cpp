@@ -221,11 +221,9 @@ TEST(PipelineTrainer, TimeSuspendedIsNotTrainingTime) {
     PipelineTrainer trainer(user_lenet5(5), Flat().ppv({2}).executor("threads").threads_per_worker(1));
     return trainer.fit(batches, 1, hooks).back().wall_seconds;
   };
-  const double uncounted = training_seconds(false);
-  EXPECT_GE(uncounted, 0.5);
-  // The pause came off; the training itself may take longer than it (sanitizer builds).
+  EXPECT_GE(training_seconds(false), 0.5);
   const double counted = training_seconds(true);
-  EXPECT_LT(counted, uncounted - 0.3);
+  EXPECT_LT(counted, 0.5);
   EXPECT_GT(counted, 0.0);
 }
 
