@@ -29,8 +29,8 @@
 //
 // Threading: one thread at a time may call a PipelineTrainer. With the threads executor, K
 // worker threads run the partitions while feed() returns; hooks and callbacks run on the
-// calling thread, except options.optimizer().lr_at and .loss and FitHooks::on_op, which run
-// on worker threads (feed(): on the segment's own thread with every executor).
+// calling thread, except options.optimizer().lr_at and .loss and FitHooks::on_step and
+// on_op, which run on worker threads (feed(): on the segment's own thread, every executor).
 //
 // Processes: with PipelineOptions::executor kProcesses every rank builds the same trainer
 // (options.pipeline().group says where it sits) and makes the same calls; rank r trains
@@ -137,9 +137,10 @@ class BatchSource {
   virtual exec::Input next() = 0;
 };
 
-// The training loop's hooks. All but on_op run on the calling thread.
+// The training loop's hooks. on_step and on_op run on the workers' threads with the threads
+// executor (while the calling thread waits for the segment); the others on the calling thread.
 struct FitHooks {
-  // Every mini-batch's loss, in step order (where the last partition runs).
+  // Every mini-batch's loss, in step order (where the last partition runs, on its worker).
   std::function<void(const StepLoss&)> on_step;
   // After each evaluation on the test source (before on_epoch at an epoch end).
   std::function<void(const EvalPoint&)> on_eval;

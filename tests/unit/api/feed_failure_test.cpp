@@ -97,13 +97,14 @@ TEST(FeedFailure, ANanLossWhileFeedingIsADivergenceNamingItsStep) {
   }
 }
 
-// The losses that had come out of the failed run but were not returned belong to it: after
-// load() the step interface returns the new run's losses only. The emulated executor: its
-// order is fixed, so the loss of mini-batch 3 has come out when 4 fails.
+// The failed run leaves nothing behind: after load() the step interface returns the new run's
+// losses only (not those of the failed run that had come out but were not returned), and no
+// gradient of a backward whose update never ran reaches the next update (the threads
+// executor: partitions 1 and 2 may be past a backward when partition 3 fails).
 TEST(FeedFailure, LoadAfterAFailureReturnsOnlyTheNewRunsLosses) {
   const auto first = batches_of(1, 6);
   const auto second = batches_of(3, 12);
-  for (const std::string executor : {"emulated"}) {
+  for (const std::string executor : kExecutors) {
     const test::TempDir dir;
     PipelineTrainer trainer(lenet5(2), three_partitions(executor, failing_at(4)));
     trainer.save(dir.path());  // step 0

@@ -45,7 +45,7 @@ std::vector<long> faults_per_round(int rounds) {
 }
 
 TEST(KeepFreedMemory, AWorkerThreadReusesFreedBlocksWithoutFaultingThemInAgain) {
-  if (test::kSanitizerMalloc) GTEST_SKIP() << "the sanitizer's malloc has no mallopt settings";
+  if (test::kSanitizer) GTEST_SKIP() << "the sanitizer's malloc has no mallopt settings";
   ::unsetenv("MALLOC_ARENA_MAX");
   ::unsetenv("MALLOC_TRIM_THRESHOLD_");
   ::unsetenv("MALLOC_MMAP_THRESHOLD_");
@@ -58,7 +58,7 @@ TEST(KeepFreedMemory, AWorkerThreadReusesFreedBlocksWithoutFaultingThemInAgain) 
 }
 
 TEST(KeepFreedMemoryUnderEnvironment, SettingsGivenInTheEnvironmentAreLeftAsGiven) {
-  if (test::kSanitizerMalloc) GTEST_SKIP() << "the sanitizer's malloc has no mallopt settings";
+  if (test::kSanitizer) GTEST_SKIP() << "the sanitizer's malloc has no mallopt settings";
   ::setenv("MALLOC_ARENA_MAX", "4", 1);
   ::setenv("MALLOC_MMAP_THRESHOLD_", "1048576", 1);
   ::unsetenv("MALLOC_TRIM_THRESHOLD_");

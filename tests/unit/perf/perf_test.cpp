@@ -189,7 +189,7 @@ TEST(Memory, RecomputationKeepsTheRecomputedActivationsOfOneMiniBatch) {
   EXPECT_EQ(recomputed.measured_non_pipelined_bytes, plain.measured_non_pipelined_bytes);
   EXPECT_LT(recomputed.measured_peak_ratio, plain.measured_peak_ratio);
   EXPECT_NE(format_memory_report(recomputed).find("recomputing through layer 3"), std::string::npos);
-  if (test::kSanitizerMalloc) {
+  if (test::kSanitizer) {
     GTEST_SKIP() << "the saving's size: a sanitizer's build measures another one (AddressSanitizer: about "
                     "5x the prediction); the normal build measures it within 25%";
   }
