@@ -1,7 +1,7 @@
-// A step that fails while the step interface's segment runs on its own thread: the failure
-// reaches the caller through feed() or finish(), once, with the step that failed; the trainer
-// then refuses every use but load(), and a load() starts clean. scripts/sanitize.sh thread
-// runs these under ThreadSanitizer: the failure path crosses the feeder thread.
+// The step interface's segment thread: a step that fails while it runs reaches the caller
+// through feed() or finish(), once, with the step that failed; the trainer then refuses every
+// use but load(), and a load() starts clean; the segment's tally reaches the caller when the
+// segment is joined. scripts/sanitize.sh thread runs these under ThreadSanitizer.
 #include <cmath>
 #include <limits>
 #include <memory>
@@ -121,6 +121,28 @@ TEST(FeedFailure, LoadAfterAFailureReturnsOnlyTheNewRunsLosses) {
     for (const auto& loss : trainer.finish()) got.push_back(loss.loss);
     for (const auto& loss : reference.finish()) expected.push_back(loss.loss);
     EXPECT_EQ(got, expected) << executor;
+  }
+}
+
+// info() while segments end by themselves under feed(): the staleness tally is the caller's
+// (recorded when feed() joins a finished segment), so reading it between feeds races with
+// nothing and it counts every forward once.
+TEST(FeedFailure, InfoBetweenFeedsCountsEachSegmentOnceItIsJoined) {
+  const auto batches = batches_of(1, 12);
+  for (const std::string executor : kExecutors) {
+    Options o = three_partitions(executor, failing_at(-1));
+    o.pipeline().segment_steps(4);
+    PipelineTrainer trainer(lenet5(2), o);
+    int64_t seen = 0;
+    for (const auto& b : batches) {
+      trainer.feed(b.x, b.target);
+      const auto& ran = trainer.info().ran;
+      seen = ran.forwards.empty() ? 0 : ran.forwards[0];
+      EXPECT_EQ(seen % 4, 0) << executor << ": whole segments only";
+    }
+    EXPECT_EQ(seen, 8) << executor << ": the third segment is joined by finish()";
+    trainer.finish();
+    EXPECT_EQ(trainer.info().ran.forwards, (std::vector<int64_t>{12, 12, 12})) << executor;
   }
 }
 
