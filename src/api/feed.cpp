@@ -35,15 +35,20 @@ void PipelineTrainer::start_segment() {
     f.changed.notify_all();
   };
   const int64_t first = next_step_;
+  check_segment(first, end);
+  // The segment's outcome reaches the trainer only through f: join_segment records it on the
+  // caller's thread.
   f.thread = std::thread([this, &f, first, end, context] {
     std::exception_ptr error;
+    SegmentRun run;
     try {
-      run_segment(first, end, context);
+      run = execute_segment(first, end, context);
     } catch (...) {
       error = std::current_exception();
     }
     std::lock_guard<std::mutex> lock(f.mutex);
     f.error = error;
+    f.run = std::move(run);
     f.done = true;
     f.changed.notify_all();
   });
@@ -57,8 +62,12 @@ void PipelineTrainer::join_segment() {
     f.end_of_input = true;
     f.changed.notify_all();
   }
-  f.thread.join();
-  if (f.error) std::rethrow_exception(f.error);  // run_segment recorded the failure
+  f.thread.join();  // f is the caller's again
+  if (f.error) {
+    f.losses.clear();  // of the failed run: a load() and a new run must not return them
+    fail(f.error);
+  }
+  record_segment(f.run);
 }
 
 std::optional<StepLoss> PipelineTrainer::feed(torch::Tensor x, torch::Tensor y) {
@@ -97,6 +106,7 @@ std::optional<StepLoss> PipelineTrainer::feed(torch::Tensor x, torch::Tensor y) 
 
 std::vector<StepLoss> PipelineTrainer::flush() {
   join_segment();
+  check_usable("flush");  // feed() reported the failure; its mini-batches never come out
   Feeder& f = *feeder_;
   std::vector<StepLoss> out;
   std::lock_guard<std::mutex> lock(f.mutex);

@@ -153,11 +153,31 @@ void PipelineTrainer::check_drained(const char* what) const {
 }
 
 exec::SegmentResult PipelineTrainer::run_segment(int64_t first, int64_t end, exec::SegmentContext context) {
+  check_segment(first, end);
+  SegmentRun run;
+  try {
+    run = execute_segment(first, end, std::move(context));
+  } catch (...) {
+    fail(std::current_exception());
+  }
+  return record_segment(run);
+}
+
+void PipelineTrainer::check_segment(int64_t first, int64_t end) const {
   SP_CHECK_ARG(0 <= first && first < end, "run_segment: empty segment [", first, ", ", end, ")");
   const int64_t switch_step = info_.hybrid_switch_step;
   const bool hybrid = options_.pipeline().schedule() == ScheduleKind::kHybrid;
   SP_CHECK_ARG(!hybrid || end <= switch_step || first >= switch_step, "run_segment: [", first,
                ", ", end, ") straddles the hybrid switch at step ", switch_step, "; end it there");
+}
+
+// May run on the feeder thread while the caller goes on feeding: it reads the trainer's fixed
+// settings and works on the pipeline's stages, and writes nothing else of the trainer (the
+// result goes back to the caller's thread, where record_segment or fail take it).
+PipelineTrainer::SegmentRun PipelineTrainer::execute_segment(int64_t first, int64_t end,
+                                                             exec::SegmentContext context) {
+  const int64_t switch_step = info_.hybrid_switch_step;
+  const bool hybrid = options_.pipeline().schedule() == ScheduleKind::kHybrid;
   const bool sequential = kind_ == ScheduleKind::kSequential || (hybrid && first >= switch_step);
   context.lr = lr_;
   context.threads_per_worker = info_.threads_per_worker;
@@ -174,18 +194,25 @@ exec::SegmentResult PipelineTrainer::run_segment(int64_t first, int64_t end, exe
     for (auto* stage : pipeline_->stages()) stage->optimizer().reset_norms();
   }
   const int K = plan_.num_partitions();
-  const auto schedule = sequential ? schedule::make_sequential(K, first, end)
-                                   : schedule::make_schedule(kind_, K, first, end,
-                                                             options_.pipeline().micro_batches());
-  exec::SegmentResult result;
+  SegmentRun run;
+  run.schedule = sequential ? schedule::make_sequential(K, first, end)
+                            : schedule::make_schedule(kind_, K, first, end, options_.pipeline().micro_batches());
+  run.result = executor_->run(run.schedule, pipeline_->stages(), context);
+  return run;
+}
+
+exec::SegmentResult PipelineTrainer::record_segment(const SegmentRun& run) {
+  last_delay_ = schedule::tally_staleness(run.schedule, run.result.end_step, info_.staleness, info_.ran);
+  return run.result;
+}
+
+void PipelineTrainer::fail(const std::exception_ptr& error) {
   try {
-    result = executor_->run(schedule, pipeline_->stages(), context);
+    std::rethrow_exception(error);
   } catch (const std::exception& e) {
-    failure_ = e.what();
+    failure_ = e.what();  // sticky: check_usable refuses every later call but load()
     throw;
   }
-  last_delay_ = schedule::tally_staleness(schedule, result.end_step, info_.staleness, info_.ran);
-  return result;
 }
 
 std::vector<int> PipelineTrainer::partitions_with_bad_weights() {

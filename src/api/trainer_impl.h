@@ -21,7 +21,8 @@ struct PipelineTrainer::Feeder {
   bool end_of_input = false;  // flush(): the next input request ends the segment
   bool aborted = false;       // a worker failed: release the input callback
   bool done = false;          // the segment thread has returned
-  std::exception_ptr error;
+  std::exception_ptr error;  // the segment's failure
+  SegmentRun run;             // the segment's schedule and result, without a failure
   std::map<int64_t, StepLoss> losses;  // arrived, not yet returned
   int64_t segment_end = 0;
   std::thread thread;

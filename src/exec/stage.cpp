@@ -110,6 +110,9 @@ void Stage::begin_segment(const schedule::Schedule& schedule, std::function<doub
 void Stage::clear_in_flight() {
   in_flight_.clear();
   delay_.clear();
+  // A backward whose update never ran left its gradient: the next update (after a load())
+  // would add it in.
+  optimizer_->zero_grad();
 }
 
 torch::Tensor Stage::run_units(size_t first, size_t last, torch::Tensor x) {

@@ -6,8 +6,16 @@
 
 // A loop marked SP_KERNEL gets an AVX2 clone that is picked at load time where the CPU has it
 // (the build itself targets plain x86-64): the loops are memory-bound, and the wider vectors
-// mostly save instructions.
-#if defined(__x86_64__) && defined(__GNUC__)
+// mostly save instructions. Not under ThreadSanitizer: the clone's resolver runs when the
+// library is loaded, before TSan's runtime is set up, and its instrumentation crashes there.
+#if defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define SP_THREAD_SANITIZER 1
+#endif
+#elif defined(__SANITIZE_THREAD__)
+#define SP_THREAD_SANITIZER 1
+#endif
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(SP_THREAD_SANITIZER)
 #define SP_KERNEL __attribute__((target_clones("avx2", "default")))
 #else
 #define SP_KERNEL

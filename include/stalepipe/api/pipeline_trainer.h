@@ -29,7 +29,8 @@
 //
 // Threading: one thread at a time may call a PipelineTrainer. With the threads executor, K
 // worker threads run the partitions while feed() returns; hooks and callbacks run on the
-// calling thread, except options.optimizer().lr_at and .loss, which run on worker threads.
+// calling thread, except options.optimizer().lr_at and .loss and FitHooks::on_step and
+// on_op, which run on worker threads (feed(): on the segment's own thread, every executor).
 //
 // Processes: with PipelineOptions::executor kProcesses every rank builds the same trainer
 // (options.pipeline().group says where it sits) and makes the same calls; rank r trains
@@ -45,6 +46,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -135,9 +137,10 @@ class BatchSource {
   virtual exec::Input next() = 0;
 };
 
-// The training loop's hooks. All run on the calling thread.
+// The training loop's hooks. on_step and on_op run on the workers' threads with the threads
+// executor (while the calling thread waits for the segment); the others on the calling thread.
 struct FitHooks {
-  // Every mini-batch's loss, in step order (where the last partition runs).
+  // Every mini-batch's loss, in step order (where the last partition runs, on its worker).
   std::function<void(const StepLoss&)> on_step;
   // After each evaluation on the test source (before on_epoch at an epoch end).
   std::function<void(const EvalPoint&)> on_eval;
@@ -155,7 +158,8 @@ struct FitHooks {
   // takes it off the segment's seconds, so a run paused while something else is timed keeps
   // its time to accuracy.
   const std::atomic<int64_t>* suspended_ns = nullptr;
-  // Tracing: every op of every segment (exec::SegmentContext::on_op).
+  // Tracing: every op of every segment (exec::SegmentContext::on_op). Runs on the workers'
+  // threads, concurrently with the threads executor: it must synchronise what it records.
   std::function<void(int worker, const schedule::Op& op, double start, double end)> on_op;
 };
 
@@ -269,6 +273,11 @@ class PipelineTrainer {
     int64_t end_step = 0;
     bool stopped = false, exhausted = false;
   };
+  // What one segment ran, for the staleness tally.
+  struct SegmentRun {
+    schedule::Schedule schedule;
+    exec::SegmentResult result;
+  };
   template <typename Range>
   friend class RangeSource;
 
@@ -277,6 +286,11 @@ class PipelineTrainer {
   void describe();
   void check_usable(const char* what) const;
   void check_drained(const char* what) const;
+  void check_segment(int64_t first, int64_t end) const;
+  SegmentRun execute_segment(int64_t first, int64_t end, exec::SegmentContext context);
+  exec::SegmentResult record_segment(const SegmentRun& run);
+  // Makes the failure sticky (for exceptions derived from std::exception) and rethrows it.
+  [[noreturn]] void fail(const std::exception_ptr& error);
   Segment run_fit_segment(BatchSource& source, int64_t end, const FitHooks& hooks);
   int64_t segment_end(int64_t epoch_end) const;
   FitResult run_epochs(BatchSource& train, BatchSource* test, int64_t last_epoch, const FitHooks& hooks);

@@ -121,7 +121,8 @@ class Stage {
   torch::Tensor predict(const torch::Tensor& input);
 
   size_t in_flight() const { return in_flight_.size(); }
-  // Drops the mini-batches in flight (after a failure); the weights stay as they are.
+  // Drops the mini-batches in flight and the gradients not yet applied (after a failure);
+  // the weights stay as they are.
   void clear_in_flight();
 
   torch::nn::Sequential& module() { return module_; }

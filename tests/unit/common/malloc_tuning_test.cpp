@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 
 #include "stalepipe/common/malloc_tuning.h"
+#include "support/sanitizers.h"
 
 namespace stalepipe {
 namespace {
@@ -43,20 +44,8 @@ std::vector<long> faults_per_round(int rounds) {
   return faults;
 }
 
-#if defined(__SANITIZE_ADDRESS__)
-constexpr bool kSanitizedMalloc = true;  // gcc's ASan replaces malloc, and mallopt with it
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-constexpr bool kSanitizedMalloc = true;  // clang's
-#else
-constexpr bool kSanitizedMalloc = false;
-#endif
-#else
-constexpr bool kSanitizedMalloc = false;
-#endif
-
 TEST(KeepFreedMemory, AWorkerThreadReusesFreedBlocksWithoutFaultingThemInAgain) {
-  if (kSanitizedMalloc) GTEST_SKIP() << "AddressSanitizer's malloc has no mallopt settings";
+  if (test::kSanitizer) GTEST_SKIP() << "the sanitizer's malloc has no mallopt settings";
   ::unsetenv("MALLOC_ARENA_MAX");
   ::unsetenv("MALLOC_TRIM_THRESHOLD_");
   ::unsetenv("MALLOC_MMAP_THRESHOLD_");
@@ -69,7 +58,7 @@ TEST(KeepFreedMemory, AWorkerThreadReusesFreedBlocksWithoutFaultingThemInAgain) 
 }
 
 TEST(KeepFreedMemoryUnderEnvironment, SettingsGivenInTheEnvironmentAreLeftAsGiven) {
-  if (kSanitizedMalloc) GTEST_SKIP() << "AddressSanitizer's malloc has no mallopt settings";
+  if (test::kSanitizer) GTEST_SKIP() << "the sanitizer's malloc has no mallopt settings";
   ::setenv("MALLOC_ARENA_MAX", "4", 1);
   ::setenv("MALLOC_MMAP_THRESHOLD_", "1048576", 1);
   ::unsetenv("MALLOC_TRIM_THRESHOLD_");

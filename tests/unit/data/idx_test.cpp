@@ -1,5 +1,8 @@
 #include "stalepipe/data/idx.h"
 
+#include <string>
+#include <tuple>
+
 #include <gtest/gtest.h>
 
 #include "stalepipe/common/error.h"
@@ -50,7 +53,8 @@ class IdxTest : public ::testing::Test {
 };
 
 TEST_F(IdxTest, ReadsRawFiles) {
-  auto [images, labels] = write(test::idx_images(5, 3, 4), test::idx_labels(kLabels));
+  std::string images, labels;
+  std::tie(images, labels) = write(test::idx_images(5, 3, 4), test::idx_labels(kLabels));
   const Dataset data = read_idx(images, labels, "tiny/train");
   expect_good(data);
   EXPECT_EQ(data.name, "tiny/train");
@@ -58,7 +62,8 @@ TEST_F(IdxTest, ReadsRawFiles) {
 }
 
 TEST_F(IdxTest, ReadsGzipFiles) {
-  auto [images, labels] = write(test::idx_images(5, 3, 4), test::idx_labels(kLabels), true);
+  std::string images, labels;
+  std::tie(images, labels) = write(test::idx_images(5, 3, 4), test::idx_labels(kLabels), true);
   expect_good(read_idx(images, labels, "tiny/train"));
 }
 
@@ -73,7 +78,8 @@ TEST_F(IdxTest, ReadsConcatenatedGzipMembers) {
 }
 
 TEST_F(IdxTest, SubsetTakesTheFirstSamples) {
-  auto [images, labels] = write(test::idx_images(5, 3, 4), test::idx_labels(kLabels));
+  std::string images, labels;
+  std::tie(images, labels) = write(test::idx_images(5, 3, 4), test::idx_labels(kLabels));
   const Dataset data = read_idx(images, labels, "tiny");
   const Dataset first = data.subset(2);
   EXPECT_EQ(first.size(), 2);
@@ -84,7 +90,8 @@ TEST_F(IdxTest, SubsetTakesTheFirstSamples) {
 }
 
 TEST_F(IdxTest, MissingFile) {
-  auto [images, labels] = write(test::idx_images(5, 3, 4), test::idx_labels(kLabels));
+  std::string images, labels;
+  std::tie(images, labels) = write(test::idx_images(5, 3, 4), test::idx_labels(kLabels));
   const std::string missing = dir_.file("nope-idx3-ubyte");
   EXPECT_TRUE(throws_with<RuntimeError>([&] { read_idx(missing, labels, "x"); },
       {missing, "cannot open"}));
@@ -95,13 +102,15 @@ TEST_F(IdxTest, MissingFile) {
 }
 
 TEST_F(IdxTest, WrongImagesMagic) {
-  auto [images, labels] = write(test::idx_images(5, 3, 4, 2049), test::idx_labels(kLabels));
+  std::string images, labels;
+  std::tie(images, labels) = write(test::idx_images(5, 3, 4, 2049), test::idx_labels(kLabels));
   EXPECT_TRUE(throws_with<RuntimeError>([&] { read_idx(images, labels, "x"); },
       {images, "bad magic number: expected 2051 (0x00000803), found 2049"}));
 }
 
 TEST_F(IdxTest, WrongLabelsMagic) {
-  auto [images, labels] = write(test::idx_images(5, 3, 4), test::idx_labels(kLabels, 0x12345678));
+  std::string images, labels;
+  std::tie(images, labels) = write(test::idx_images(5, 3, 4), test::idx_labels(kLabels, 0x12345678));
   EXPECT_TRUE(throws_with<RuntimeError>([&] { read_idx(images, labels, "x"); },
       {labels, "bad magic number: expected 2049 (0x00000801), found 305419896 (0x12345678)"}));
 }
@@ -109,7 +118,8 @@ TEST_F(IdxTest, WrongLabelsMagic) {
 TEST_F(IdxTest, TruncatedRaw) {
   Bytes raw = test::idx_images(5, 3, 4);
   raw.resize(raw.size() - 5);
-  auto [images, labels] = write(raw, test::idx_labels(kLabels));
+  std::string images, labels;
+  std::tie(images, labels) = write(raw, test::idx_labels(kLabels));
   EXPECT_TRUE(throws_with<RuntimeError>([&] { read_idx(images, labels, "x"); },
       {images, "truncated: header says 5 images of 3x4 (76 bytes) but the file has 71 bytes"}));
 }
@@ -117,7 +127,8 @@ TEST_F(IdxTest, TruncatedRaw) {
 TEST_F(IdxTest, TruncatedHeader) {
   Bytes raw = test::idx_images(5, 3, 4);
   raw.resize(10);
-  auto [images, labels] = write(raw, test::idx_labels(kLabels));
+  std::string images, labels;
+  std::tie(images, labels) = write(raw, test::idx_labels(kLabels));
   EXPECT_TRUE(throws_with<RuntimeError>([&] { read_idx(images, labels, "x"); },
       {images, "truncated", "16-byte header", "has 10 bytes"}));
   test::write_file(images, {});
@@ -128,13 +139,15 @@ TEST_F(IdxTest, TruncatedHeader) {
 TEST_F(IdxTest, TruncatedLabels) {
   Bytes raw = test::idx_labels(kLabels);
   raw.pop_back();
-  auto [images, labels] = write(test::idx_images(5, 3, 4), raw);
+  std::string images, labels;
+  std::tie(images, labels) = write(test::idx_images(5, 3, 4), raw);
   EXPECT_TRUE(throws_with<RuntimeError>([&] { read_idx(images, labels, "x"); },
       {labels, "truncated: header says 5 labels (13 bytes) but the file has 12 bytes"}));
 }
 
 TEST_F(IdxTest, TruncatedGzip) {
-  auto [images, labels] = write(test::idx_images(5, 3, 4), test::idx_labels(kLabels));
+  std::string images, labels;
+  std::tie(images, labels) = write(test::idx_images(5, 3, 4), test::idx_labels(kLabels));
   const Bytes gz = test::gzip(test::idx_images(50, 8, 8));
   // Cut inside the trailer, and inside the deflate data.
   for (size_t keep : {gz.size() - 3, gz.size() / 2, size_t{12}}) {
@@ -145,7 +158,8 @@ TEST_F(IdxTest, TruncatedGzip) {
 }
 
 TEST_F(IdxTest, CorruptGzip) {
-  auto [images, labels] = write(test::idx_images(5, 3, 4), test::idx_labels(kLabels));
+  std::string images, labels;
+  std::tie(images, labels) = write(test::idx_images(5, 3, 4), test::idx_labels(kLabels));
   Bytes gz = test::gzip(test::idx_images(5, 3, 4));
   gz[gz.size() - 8] ^= 0xff;  // the CRC-32 in the trailer
   test::write_file(images, gz);
@@ -164,17 +178,20 @@ TEST_F(IdxTest, CorruptGzip) {
 TEST_F(IdxTest, TrailingBytes) {
   Bytes raw = test::idx_images(5, 3, 4);
   raw.insert(raw.end(), {1, 2, 3});
-  auto [images, labels] = write(raw, test::idx_labels(kLabels));
+  std::string images, labels;
+  std::tie(images, labels) = write(raw, test::idx_labels(kLabels));
   EXPECT_TRUE(throws_with<RuntimeError>([&] { read_idx(images, labels, "x"); },
       {images, "trailing bytes: header says 5 images of 3x4 (76 bytes) but the file has 79 bytes",
        "3 too many"}));
-  auto [gz_images, gz_labels] = write(raw, test::idx_labels(kLabels), true);
+  std::string gz_images, gz_labels;
+  std::tie(gz_images, gz_labels) = write(raw, test::idx_labels(kLabels), true);
   EXPECT_TRUE(throws_with<RuntimeError>([&] { read_idx(gz_images, gz_labels, "x"); },
       {gz_images, "trailing bytes", "the decompressed file has 79 bytes"}));
 }
 
 TEST_F(IdxTest, LabelOutOfRange) {
-  auto [images, labels] = write(test::idx_images(5, 3, 4), test::idx_labels({0, 1, 2, 12, 3}));
+  std::string images, labels;
+  std::tie(images, labels) = write(test::idx_images(5, 3, 4), test::idx_labels({0, 1, 2, 12, 3}));
   EXPECT_TRUE(throws_with<RuntimeError>([&] { read_idx(images, labels, "x"); },
       {labels, "label 12 at record 3 is out of range 0..9"}));
   // The same file is fine with more classes.
@@ -183,13 +200,15 @@ TEST_F(IdxTest, LabelOutOfRange) {
 }
 
 TEST_F(IdxTest, CountMismatch) {
-  auto [images, labels] = write(test::idx_images(5, 3, 4), test::idx_labels({0, 1, 2, 3}));
+  std::string images, labels;
+  std::tie(images, labels) = write(test::idx_images(5, 3, 4), test::idx_labels({0, 1, 2, 3}));
   EXPECT_TRUE(throws_with<RuntimeError>([&] { read_idx(images, labels, "x"); },
       {images, labels, "images and labels disagree: 5 images but 4 labels"}));
 }
 
 TEST_F(IdxTest, ZeroOrAbsurdDimension) {
-  auto [images, labels] = write(test::idx_images(5, 0, 4), test::idx_labels(kLabels));
+  std::string images, labels;
+  std::tie(images, labels) = write(test::idx_images(5, 0, 4), test::idx_labels(kLabels));
   EXPECT_TRUE(throws_with<RuntimeError>([&] { read_idx(images, labels, "x"); },
       {images, "bad header: image height (rows) is 0, expected 1..4096"}));
   test::write_file(images, test::idx_images(0, 3, 4));

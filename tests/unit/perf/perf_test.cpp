@@ -10,6 +10,7 @@
 #include "stalepipe/perf/bench.h"
 #include "stalepipe/perf/memory.h"
 #include "stalepipe/sim/simulate.h"
+#include "support/sanitizers.h"
 
 namespace stalepipe::perf {
 namespace {
@@ -188,10 +189,14 @@ TEST(Memory, RecomputationKeepsTheRecomputedActivationsOfOneMiniBatch) {
   EXPECT_EQ(after[1].recomputed_bytes, 0);
   EXPECT_EQ(recomputed.measured_non_pipelined_bytes, plain.measured_non_pipelined_bytes);
   EXPECT_LT(recomputed.measured_peak_ratio, plain.measured_peak_ratio);
+  EXPECT_NE(format_memory_report(recomputed).find("recomputing through layer 3"), std::string::npos);
+  if (test::kSanitizer) {
+    GTEST_SKIP() << "the saving's size: a sanitizer's build measures another one (AddressSanitizer: about "
+                    "5x the prediction); the normal build measures it within 25%";
+  }
   // The saving is the second mini-batch's recomputed activations: the prediction within 25%.
   const double saved = static_cast<double>(before[0].measured_peak_bytes - after[0].measured_peak_bytes);
   EXPECT_NEAR(saved / static_cast<double>(after[0].recomputed_bytes), 1.0, 0.25);
-  EXPECT_NE(format_memory_report(recomputed).find("recomputing through layer 3"), std::string::npos);
 }
 
 int64_t sum_of_measured_peaks(const MemoryReport& report) {
