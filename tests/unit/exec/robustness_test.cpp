@@ -1,5 +1,6 @@
 // Failures, stops and odd sizes: the pipeline always ends, consistent, with the cause named.
 #include <atomic>
+#include <cmath>
 #include <future>
 #include <random>
 
@@ -69,6 +70,51 @@ TEST(Robustness, WorkerFailureNamesPartitionAndMiniBatch) {
     }
     for (auto* stage : p.ptrs) EXPECT_EQ(stage->in_flight(), 0u);
   }
+}
+
+// The divergence guard with losses read every `every` steps: every step before the NaN is
+// reported, in order and `every` at a time, and the error names the NaN's own step.
+TEST(Robustness, ANonFiniteLossIsCaughtWithinReadLossesEverySteps) {
+  for (const std::string executor : {"emulated", "threads"}) {
+    for (const int64_t every : {1, 4}) {
+      auto p = tiny(2);
+      auto context = tiny_context(2);
+      std::atomic<int64_t> inputs{0};
+      context.input = [&inputs](int64_t t) {
+        ++inputs;
+        const double value = t == 5 ? std::nan("") : static_cast<double>(t % 5);
+        return Input{torch::full({2, 4}, value), torch::arange(2) % 3};
+      };
+      std::vector<int64_t> reported, inputs_then;
+      context.on_step = [&](int64_t t, const StepLoss& loss) {
+        EXPECT_TRUE(std::isfinite(loss.loss)) << t;
+        reported.push_back(t);
+        inputs_then.push_back(inputs);
+      };
+      context.read_losses_every = every;
+      const auto where = executor + ", every " + std::to_string(every);
+      try {
+        make_executor(executor_from_name(executor))->run(schedule::make_stale(2, 0, 12), p.ptrs, context);
+        FAIL() << where << ": no exception";
+      } catch (const DivergedError& e) {
+        EXPECT_NE(std::string(e.what()).find("partition 2, mini-batch 5: training loss is nan"), std::string::npos)
+            << where << ": " << e.what();
+      }
+      EXPECT_EQ(reported, (std::vector<int64_t>{0, 1, 2, 3, 4})) << where;
+      if (executor == "emulated" && every == 4 && reported.size() == 5) {
+        // Steps 0-3 were read together (one thread: nothing ran between their reports), after
+        // step 3's forward and before step 8 entered.
+        EXPECT_EQ(inputs_then[0], inputs_then[3]) << where;
+        EXPECT_LT(inputs_then[3], 9) << where;
+      }
+      for (auto* stage : p.ptrs) EXPECT_EQ(stage->in_flight(), 0u) << where;
+    }
+  }
+}
+
+TEST(Robustness, LossesAreReadEveryStepOnTheCpuAndEvery32OnAGpu) {
+  EXPECT_EQ(default_read_losses_every(torch::kCPU), 1);
+  EXPECT_EQ(default_read_losses_every(torch::Device("cuda:0")), 32);
 }
 
 TEST(Robustness, FailureInDataFeedIsReported) {
