@@ -158,7 +158,13 @@ void fill_rates(const schedule::Schedule& schedule, const SimulateOptions& optio
   for (const auto& e : p.events) last = std::max(last, e.end_seconds);
   p.makespan_seconds = last - first;
   const int64_t steps = schedule.end_step - schedule.first_step;
-  const int64_t lo = schedule.first_step + 2 * K, hi = schedule.end_step - 1 - 2 * K;
+  const int64_t lo = schedule.first_step + 2 * K;
+  int64_t hi = schedule.end_step - 1 - 2 * K;
+  // Whole cycles only: partition 1's backward of t comes just before its forward of
+  // t + 2(K-1), so completions may repeat in a pattern of 2(K-1) steps (K = 2 with a slow
+  // link: 2.0, 4.5, 2.0, ...), which an odd count would over-weight.
+  const int64_t cycle = std::max(1, 2 * (K - 1));
+  if (hi - lo >= cycle) hi -= (hi - lo) % cycle;
   if (steps >= 4 * K + 4 && hi > lo) {
     p.steady_step_seconds = (completion[hi] - completion[lo]) / static_cast<double>(hi - lo);
   } else if (steps > 0) {

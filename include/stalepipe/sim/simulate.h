@@ -13,7 +13,9 @@
 //
 // Throughput: the steady state is measured between the completions of mini-batches
 // first+2K and end-1-2K (completion of t = the end of the last operation of t on any worker),
-// i.e. after the fill and before the drain; segments shorter than 4K+4 steps use the makespan.
+// i.e. after the fill and before the drain, shortened to a whole number of 2(K-1)-step cycles
+// (completions can alternate, e.g. K = 2 over a slow link); segments shorter than 4K+4 steps
+// use the makespan.
 // Memory per worker: in-flight activations (schedule::analyze's max_in_flight x activation
 // bytes per mini-batch) + weights + optimizer state (gradient, plus the momentum buffer when
 // momentum is used).

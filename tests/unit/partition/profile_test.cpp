@@ -11,15 +11,23 @@
 namespace stalepipe::partition {
 namespace {
 
-TEST(Profile, Lenet5Batch8) {
+models::Model zoo_model(const std::string& name, int64_t channels) {
   models::InputShape input;
-  input.channels = 1;
-  auto model = models::make_model("lenet5", input);
+  input.channels = channels;
+  return models::make_model(name, input);
+}
+
+ProfileOptions quick(int64_t batch_size, int warmup, int repeats) {
   ProfileOptions options;
-  options.batch_size = 8;
-  options.warmup = 1;
-  options.repeats = 3;
-  const Profile p = profile_model(model, options);
+  options.batch_size = batch_size;
+  options.warmup = warmup;
+  options.repeats = repeats;
+  return options;
+}
+
+TEST(Profile, Lenet5Batch8) {
+  auto model = zoo_model("lenet5", 1);
+  const Profile p = profile_model(model, quick(8, 1, 3));
   EXPECT_EQ(p.model, "lenet5");
   EXPECT_EQ(p.batch_size, 8);
   EXPECT_EQ(p.input_bytes, 8 * 32 * 32 * 4);
@@ -53,13 +61,8 @@ TEST(Profile, PartitionsTimedAsBlocksMatchTheSumOfTheirUnits) {
   // each partition of ResNet-20 cut at PPV 7 timed as one block, on this CPU. Partition 1
   // (stem + stage 1) does about 60% of partition 2's work, so a block timing the wrong units
   // falls outside the tolerance, which allows for a shared, noisy machine.
-  models::InputShape input;
-  input.channels = 3;
-  auto model = models::make_model("resnet20", input);
-  ProfileOptions options;
-  options.batch_size = 16;
-  options.warmup = 1;
-  options.repeats = 5;
+  auto model = zoo_model("resnet20", 3);
+  const ProfileOptions options = quick(16, 1, 5);
   Profile p = profile_model(model, options);
   const Plan plan = make_plan(model, {7});
   p.partitions = measure_partitions(model, plan, options);
@@ -83,8 +86,7 @@ TEST(Profile, PartitionsTimedAsBlocksMatchTheSumOfTheirUnits) {
 
 TEST(Profile, AnAbsentDeviceIsRefusedNamingIt) {
   // No machine has 100 GPUs; a CPU-only LibTorch has none.
-  models::InputShape input;
-  auto model = models::make_model("lenet5", input);
+  auto model = zoo_model("lenet5", 1);
   ProfileOptions options;
   options.device = torch::Device("cuda:99");
   const std::string message = test::error_of<UsageError>([&] { profile_model(model, options); });
