@@ -221,7 +221,7 @@ TEST(Cli, SimulateLinkAndProfileDeviceErrorsNameTheFlag) {
   expect_one_line_error(run_cli({"simulate", "--pipeline", "2", "--link", "25e9,soon"}), 2,
                         "--link 25e9,soon: the latency 'soon' must be a number of seconds >= 0");
   expect_one_line_error(run_cli({"simulate", "--pipeline", "2", "--link", "pcie4", "--transfer-ms", "1"}), 2,
-                        "--link excludes --transfer-ms");
+                        "--transfer-ms excludes --link");
   expect_one_line_error(run_cli({"simulate", "--pipeline", "2", "--transfer-ms", "-1"}), 2,
                         "--transfer-ms must be >= 0, got -1");
   // No machine has 100 GPUs; a CPU-only LibTorch has none.
