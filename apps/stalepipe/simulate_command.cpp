@@ -1,5 +1,7 @@
 // `stalepipe simulate --model NAME --pipeline PPV | --partitions K --balance B`: predicted
 // throughput, bubbles and memory of a pipeline from a profile, and its space-time SVG.
+// `stalepipe simulate --paper-table5 DIR`: the paper's 2-GPU speedups beside the ones
+// predicted from the profiles DIR/resnet56.json ... DIR/resnet362.json, per link preset.
 #include <cstdio>
 #include <optional>
 
@@ -13,17 +15,86 @@
 #include "stalepipe/partition/profile.h"
 #include "stalepipe/schedule/schedule.h"
 #include "stalepipe/sim/simulate.h"
+#include "stalepipe/sim/table5.h"
 
 namespace stalepipe::cli {
+namespace {
+
+struct SimulateArgs {
+  std::string model = "lenet5", pipeline = "none", balance = "time", profile, schedule = "stale", svg, link,
+      table5;
+  int partitions = 0, threads = 1, micro_batches = 1;
+  int64_t channels = 1, batch_size = 128, steps = 40;
+  double transfer_ms = 0;
+};
+
+// One pipeline's predicted throughput, bubbles and memory (and its SVG).
+int print_prediction(const SimulateArgs& a) {
+  SP_CHECK_ARG(a.transfer_ms >= 0, "--transfer-ms must be >= 0, got ", a.transfer_ms);
+  sim::SimulateOptions options;
+  options.link = a.link.empty() ? sim::fixed_link(a.transfer_ms / 1e3) : sim::parse_link(a.link, "--link");
+  SP_CHECK_ARG(a.steps >= 1 && a.steps <= 100000, "--steps must be 1..100000, got ", a.steps);
+  models::InputShape input;
+  input.channels = a.channels;
+  auto model = models::make_model(a.model, input);
+  std::optional<partition::Profile> given;
+  if (!a.profile.empty()) {
+    given = partition::from_json(read_file(a.profile), a.profile);
+    SP_CHECK_ARG(given->model == a.model && given->units.size() == model.units.size(),
+                 "--profile ", a.profile, ": is a profile of ", given->model, " (",
+                 given->units.size(), " units), not of ", a.model);
+  }
+  // The same cut as train chooses: one assembly path (api/assemble.h).
+  Options o;
+  o.data().batch_size(a.batch_size);
+  o.run().model(a.model);  // the layout train would choose for it
+  o.pipeline().ppv(partition::parse_ppv(a.pipeline)).partitions(a.partitions)
+      .balance(partition::balance_from_name(a.balance)).threads_per_worker(a.threads);
+  const Assembly cut = plan_pipeline(model, o, /*want_profile=*/true, given ? &*given : nullptr);
+  const auto& plan = cut.plan;
+  const auto& profile = *cut.profile;
+  const std::vector<int> ppv = plan.ppv;
+  if (a.partitions > 0) {
+    std::printf("balanced by %s: --pipeline %s\n", a.balance.c_str(), partition::format_ppv(ppv).c_str());
+  }
+  const auto costs = sim::partition_costs(profile, plan);
+  const auto schedule = schedule::make_schedule(schedule::schedule_from_name(a.schedule),
+                                                plan.num_partitions(), 0, a.steps, a.micro_batches);
+  options.batch_size = profile.batch_size;
+  const auto prediction = sim::simulate(schedule, costs, options);
+  std::printf("model %s, batch %lld, %d thread(s) per worker, --pipeline %s, %s schedule, %lld steps, link %s\n",
+              a.model.c_str(), static_cast<long long>(profile.batch_size), profile.threads,
+              partition::format_ppv(ppv).c_str(), a.schedule.c_str(), static_cast<long long>(a.steps),
+              options.link.describe().c_str());
+  std::fputs(sim::format_prediction(prediction, costs).c_str(), stdout);
+  if (!a.svg.empty()) {
+    write_file_atomic(a.svg, sim::space_time_svg(prediction.events, plan.num_partitions(),
+                                                  c10::str("predicted: ", a.model, " --pipeline ",
+                                                           partition::format_ppv(ppv), ", ", a.schedule)));
+  }
+  return 0;
+}
+
+// Every row of the paper's Table 5 from DIR/<model>.json, for every link preset.
+int print_table5(const std::string& dir) {
+  std::vector<sim::Table5Prediction> rows;
+  for (const auto& paper : sim::paper_table5()) {
+    const std::string path = dir + "/" + paper.model + ".json";
+    const auto profile = partition::from_json(read_file(path), path);
+    models::InputShape input;
+    input.channels = profile.channels > 0 ? profile.channels : 1;
+    const auto model = models::make_model(paper.model, input);
+    const auto plan = partition::make_plan(model, {paper.ppv});
+    rows.push_back(sim::predict_table5_row(profile, plan, paper, sim::link_presets()));
+  }
+  std::fputs(sim::format_table5(rows).c_str(), stdout);
+  return 0;
+}
+
+}  // namespace
 
 Command add_simulate(CLI::App& app) {
-  struct Args {
-    std::string model = "lenet5", pipeline = "none", balance = "time", profile, schedule = "stale", svg;
-    int partitions = 0, threads = 1, micro_batches = 1;
-    int64_t channels = 1, batch_size = 128, steps = 40;
-    double transfer_ms = 0;
-  };
-  auto a = std::make_shared<Args>();
+  auto a = std::make_shared<SimulateArgs>();
   app.add_option("--model", a->model, "lenet5 | alexnet | vgg16 | resnet<6n+2>")->capture_default_str();
   auto* pipeline = app.add_option("--pipeline", a->pipeline, "PPV, e.g. 7 or 7,13");
   auto* partitions = app.add_option("--partitions", a->partitions, "K partitions, PPV chosen by --balance");
@@ -36,50 +107,14 @@ Command add_simulate(CLI::App& app) {
   app.add_option("--steps", a->steps, "mini-batches in the simulated segment")->capture_default_str();
   app.add_option("--schedule", a->schedule, "stale | sequential | gpipe | 1f1b-stash")->capture_default_str();
   app.add_option("--micro-batches", a->micro_batches, "gpipe: micro-batches per mini-batch (each costs its share)")->capture_default_str();
-  app.add_option("--transfer-ms", a->transfer_ms, "time per pipeline-register message")->capture_default_str();
+  auto* transfer = app.add_option("--transfer-ms", a->transfer_ms, "fixed time per pipeline-register message");
+  app.add_option("--link", a->link, "link between neighbouring workers: ideal | nvlink4 | pcie5 | pcie4 | pcie3 | "
+                 "BANDWIDTH,LATENCY in bytes/s and s, e.g. 25e9,10e-6")->excludes(transfer);
+  app.add_option("--paper-table5", a->table5, "predict the paper's 2-GPU Table 5 from DIR/resnet56.json ... "
+                 "resnet362.json (profiles from one device)");
   app.add_option("--svg", a->svg, "write the space-time diagram to this file");
   return [a]() {
-    SP_CHECK_ARG(a->steps >= 1 && a->steps <= 100000, "--steps must be 1..100000, got ", a->steps);
-    models::InputShape input;
-    input.channels = a->channels;
-    auto model = models::make_model(a->model, input);
-    std::optional<partition::Profile> given;
-    if (!a->profile.empty()) {
-      given = partition::from_json(read_file(a->profile), a->profile);
-      SP_CHECK_ARG(given->model == a->model && given->units.size() == model.units.size(),
-                   "--profile ", a->profile, ": is a profile of ", given->model, " (",
-                   given->units.size(), " units), not of ", a->model);
-    }
-    // The same cut as train chooses: one assembly path (api/assemble.h).
-    Options o;
-    o.data().batch_size(a->batch_size);
-    o.run().model(a->model);  // the layout train would choose for it
-    o.pipeline().ppv(partition::parse_ppv(a->pipeline)).partitions(a->partitions)
-        .balance(partition::balance_from_name(a->balance)).threads_per_worker(a->threads);
-    const Assembly cut = plan_pipeline(model, o, /*want_profile=*/true, given ? &*given : nullptr);
-    const auto& plan = cut.plan;
-    const auto& profile = *cut.profile;
-    const std::vector<int> ppv = plan.ppv;
-    if (a->partitions > 0) {
-      std::printf("balanced by %s: --pipeline %s\n", a->balance.c_str(), partition::format_ppv(ppv).c_str());
-    }
-    const auto costs = sim::partition_costs(profile, plan);
-    const auto schedule = schedule::make_schedule(schedule::schedule_from_name(a->schedule),
-                                                  plan.num_partitions(), 0, a->steps, a->micro_batches);
-    sim::SimulateOptions options;
-    options.batch_size = profile.batch_size;
-    options.transfer_seconds = a->transfer_ms / 1e3;
-    const auto prediction = sim::simulate(schedule, costs, options);
-    std::printf("model %s, batch %lld, %d thread(s) per worker, --pipeline %s, %s schedule, %lld steps\n",
-                a->model.c_str(), static_cast<long long>(profile.batch_size), profile.threads,
-                partition::format_ppv(ppv).c_str(), a->schedule.c_str(), static_cast<long long>(a->steps));
-    std::fputs(sim::format_prediction(prediction, costs).c_str(), stdout);
-    if (!a->svg.empty()) {
-      write_file_atomic(a->svg, sim::space_time_svg(prediction.events, plan.num_partitions(),
-                                                    c10::str("predicted: ", a->model, " --pipeline ",
-                                                             partition::format_ppv(ppv), ", ", a->schedule)));
-    }
-    return 0;
+    return a->table5.empty() ? print_prediction(*a) : print_table5(a->table5);
   };
 }
 

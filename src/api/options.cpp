@@ -3,8 +3,7 @@
 #include <cmath>
 #include <thread>
 
-#include <torch/cuda.h>
-
+#include "stalepipe/common/device.h"
 #include "stalepipe/common/names.h"
 #include "stalepipe/models/zoo.h"
 #include "stalepipe/partition/plan.h"
@@ -19,19 +18,6 @@ const std::pair<ProgressMode, const char*> kProgressNames[] = {{ProgressMode::kA
 const std::pair<Layout, const char*> kLayoutNames[] = {{Layout::kAuto, "auto"},
                                                        {Layout::kNchw, "nchw"},
                                                        {Layout::kChannelsLast, "channels-last"}};
-
-void check_device(const torch::Device& d) {
-  if (d.is_cuda()) {
-    const int count = torch::cuda::is_available() ? static_cast<int>(torch::cuda::device_count()) : 0;
-    SP_CHECK_ARG(d.has_index() && d.index() < count, "PipelineOptions::devices: ", d.str(),
-                 " is not present; this machine has ", count, " CUDA device(s)",
-                 count == 0 ? " (or LibTorch was built without CUDA)" : "",
-                 d.has_index() ? "" : "; name one, e.g. cuda:0");
-  } else {
-    SP_CHECK_ARG(d.is_cpu(), "PipelineOptions::devices: ", d.str(),
-                 " is not supported; expected cpu or cuda:N");
-  }
-}
 
 void check_data(const DataOptions& o) {
   SP_CHECK_ARG(o.batch_size() >= 1, "DataOptions::batch_size must be >= 1, got ", o.batch_size());
@@ -96,7 +82,7 @@ void check_pipeline(const PipelineOptions& o, int64_t batch_size) {
   SP_CHECK_ARG(o.recompute() >= 0, "PipelineOptions::recompute must be a weight layer (>= 0; 0: none), got ",
                o.recompute());
   SP_CHECK_ARG(o.segment_steps() >= 1, "PipelineOptions::segment_steps must be >= 1, got ", o.segment_steps());
-  for (const auto& d : o.devices()) check_device(d);
+  for (const auto& d : o.devices()) check_device(d, "PipelineOptions::devices");
 }
 
 }  // namespace

@@ -12,10 +12,12 @@
 #include <torch/cuda.h>
 
 #include "common/json_number_impl.h"
+#include "stalepipe/common/device.h"
 #include "stalepipe/common/error.h"
 #include "stalepipe/common/median.h"
 #include "stalepipe/models/layer_table.h"
 #include "stalepipe/models/model.h"
+#include "stalepipe/partition/plan.h"
 
 namespace stalepipe::partition {
 namespace {
@@ -84,98 +86,131 @@ std::vector<UnitProfile> unit_rows(models::Model& model) {
 }
 
 struct StepTimes {
-  std::vector<std::vector<double>> forward_ms, backward_ms;  // [unit] -> one per recorded step
+  std::vector<std::vector<double>> forward_ms, backward_ms;  // [group] -> one per recorded step
 };
 
-// One whole training step, timed at the unit boundaries: forwards between consecutive units'
-// outputs, backwards between the moments the gradient hooks of consecutive outputs fire.
-// Timing each unit on its own, on fresh memory, instead summed to 8% (ResNet-110) and 15%
-// (ResNet-56) more than a measured step, over-charging the first units, which put the
-// balanced cut off (docs/performance.md). With `record`, adds the times to `times` and the
-// memory to `rows`.
-void time_step(models::Model& model, const torch::Tensor& x, bool record, std::vector<UnitProfile>& rows,
-               StepTimes& times) {
-  const size_t U = model.units.size();
+// Units timed as one: [first, end) each, in order, covering the model.
+using Groups = std::vector<std::pair<size_t, size_t>>;
+
+// One whole training step, timed at the boundaries of the groups: forwards between
+// consecutive groups' outputs, backwards between the moments the gradient hooks of
+// consecutive outputs fire. Timing each unit on its own, on fresh memory, instead summed to
+// 8% (ResNet-110) and 15% (ResNet-56) more than a measured step, over-charging the first
+// units, which put the balanced cut off (docs/performance.md). With `record`, adds the times
+// to `times` and, when `rows` is given (one group per unit), the memory to `rows`.
+void time_step(models::Model& model, const torch::Tensor& x, const Groups& groups, bool record,
+               std::vector<UnitProfile>* rows, StepTimes& times) {
+  const size_t G = groups.size();
   const bool cpu = x.device().is_cpu();
   auto sync = [cpu] {
     if (!cpu) torch::cuda::synchronize();
   };
-  std::vector<Clock::time_point> grad_ready(U);
+  std::vector<Clock::time_point> grad_ready(G);
   std::vector<torch::Tensor> outs;
   torch::Tensor h = x.detach();
-  for (size_t u = 0; u < U; ++u) {
+  for (size_t g = 0; g < G; ++g) {
     const int64_t heap_before = heap_in_use();
     const auto start = Clock::now();
-    torch::Tensor out = model.units[u].module.forward(h);
+    for (size_t u = groups[g].first; u < groups[g].second; ++u) h = model.units[u].module.forward(h);
     sync();
     const double f_ms = ms_since(start);
     const int64_t kept = heap_in_use() - heap_before;
-    if (out.requires_grad()) {
-      out.register_hook([&grad_ready, &sync, u](const torch::Tensor&) {
+    if (h.requires_grad()) {
+      h.register_hook([&grad_ready, &sync, g](const torch::Tensor&) {
         sync();
-        grad_ready[u] = Clock::now();
+        grad_ready[g] = Clock::now();
       });
     }
     if (record) {
-      times.forward_ms[u].push_back(f_ms);
-      auto& row = rows[u];
-      row.output_bytes = tensor_bytes(out);
-      row.kept_bytes = std::max(row.kept_bytes, cpu ? std::max(kept, row.output_bytes) : row.output_bytes);
+      times.forward_ms[g].push_back(f_ms);
+      if (rows) {
+        auto& row = (*rows)[g];
+        row.output_bytes = tensor_bytes(h);
+        row.kept_bytes = std::max(row.kept_bytes, cpu ? std::max(kept, row.output_bytes) : row.output_bytes);
+      }
     }
-    outs.push_back(out);
-    h = out;
+    outs.push_back(h);
   }
   const auto backward_start = Clock::now();
   if (h.requires_grad()) h.backward(torch::ones_like(h));
   sync();
   const auto backward_end = Clock::now();
   if (!record) return;
-  for (size_t u = 0; u < U; ++u) {
-    double b_ms = 0;  // a unit before the first one with weights has no backward
-    if (outs[u].requires_grad()) {
-      const auto from = u + 1 == U ? backward_start : grad_ready[u];
-      const auto to = u > 0 && outs[u - 1].requires_grad() ? grad_ready[u - 1] : backward_end;
+  for (size_t g = 0; g < G; ++g) {
+    double b_ms = 0;  // a group before the first one with weights has no backward
+    if (outs[g].requires_grad()) {
+      const auto from = g + 1 == G ? backward_start : grad_ready[g];
+      const auto to = g > 0 && outs[g - 1].requires_grad() ? grad_ready[g - 1] : backward_end;
       b_ms = ms_between(from, to);
     }
-    times.backward_ms[u].push_back(b_ms);
+    times.backward_ms[g].push_back(b_ms);
   }
 }
 
-}  // namespace
-
-Profile profile_model(models::Model& model, const ProfileOptions& options) {
+void check_options(const ProfileOptions& options) {
   SP_CHECK_ARG(options.batch_size >= 1, "ProfileOptions::batch_size must be >= 1, got ", options.batch_size);
   SP_CHECK_ARG(options.repeats >= 1, "ProfileOptions::repeats must be >= 1, got ", options.repeats);
   SP_CHECK_ARG(options.warmup >= 0, "ProfileOptions::warmup must be >= 0, got ", options.warmup);
   SP_CHECK_ARG(options.threads >= 0, "ProfileOptions::threads must be >= 0, got ", options.threads);
+  check_device(options.device, "ProfileOptions::device");
+}
+
+// Moves the model to options.device and runs warm-up and measured steps timed by `groups`;
+// returns the times and, through `rows` (may be null), the memory. Leaves no gradients.
+StepTimes run_steps(models::Model& model, const ProfileOptions& options, const Groups& groups,
+                    std::vector<UnitProfile>* rows, int64_t* input_bytes) {
   const int threads_before = at::get_num_threads();
   if (options.threads > 0) at::set_num_threads(options.threads);
-
-  Profile profile;
-  profile.model = model.name;
-  profile.batch_size = options.batch_size;
-  profile.threads = at::get_num_threads();
-  profile.channels = model.input.channels;
-  profile.units = unit_rows(model);
+  for (auto& unit : model.units) unit.module.ptr()->to(options.device);
   const torch::Tensor x = profile_input(model, options.batch_size, options.memory_format);
-  profile.input_bytes = tensor_bytes(x);
-
-  const size_t U = model.units.size();
-  StepTimes times{std::vector<std::vector<double>>(U), std::vector<std::vector<double>>(U)};
+  if (input_bytes) *input_bytes = tensor_bytes(x);
+  StepTimes times{std::vector<std::vector<double>>(groups.size()), std::vector<std::vector<double>>(groups.size())};
   for (int r = 0; r < options.warmup + options.repeats; ++r) {
-    time_step(model, x, r >= options.warmup, profile.units, times);
+    time_step(model, x, groups, r >= options.warmup, rows, times);
   }
   for (auto& unit : model.units) {
     for (auto& p : unit.module.ptr()->parameters()) {
       if (p.grad().defined()) p.mutable_grad() = torch::Tensor();
     }
   }
-  for (size_t u = 0; u < U; ++u) {
+  at::set_num_threads(threads_before);
+  return times;
+}
+
+}  // namespace
+
+Profile profile_model(models::Model& model, const ProfileOptions& options) {
+  check_options(options);
+  Profile profile;
+  profile.model = model.name;
+  profile.batch_size = options.batch_size;
+  profile.threads = options.threads > 0 ? options.threads : at::get_num_threads();
+  profile.channels = model.input.channels;
+  profile.device = options.device.str();
+  profile.units = unit_rows(model);
+  Groups units;
+  for (size_t u = 0; u < model.units.size(); ++u) units.emplace_back(u, u + 1);
+  const StepTimes times = run_steps(model, options, units, &profile.units, &profile.input_bytes);
+  for (size_t u = 0; u < units.size(); ++u) {
     profile.units[u].forward_ms = median(times.forward_ms[u]);
     profile.units[u].backward_ms = median(times.backward_ms[u]);
   }
-  at::set_num_threads(threads_before);
   return profile;
+}
+
+std::vector<PartitionTiming> measure_partitions(models::Model& model, const Plan& plan,
+                                                const ProfileOptions& options) {
+  check_options(options);
+  SP_CHECK_ARG(!plan.unit_ranges.empty() && plan.unit_ranges.back().second == model.units.size(),
+               "measure_partitions: the plan does not cut the ", model.units.size(), " units of ", model.name);
+  for (auto& unit : model.units) unit.module.ptr()->train();  // as profile_model measures
+  const StepTimes times = run_steps(model, options, plan.unit_ranges, nullptr, nullptr);
+  std::vector<PartitionTiming> partitions;
+  for (size_t k = 0; k < plan.unit_ranges.size(); ++k) {
+    partitions.push_back({plan.unit_ranges[k].first, plan.unit_ranges[k].second, median(times.forward_ms[k]),
+                          median(times.backward_ms[k])});
+  }
+  return partitions;
 }
 
 std::string to_json(const Profile& profile) {
@@ -188,7 +223,16 @@ std::string to_json(const Profile& profile) {
   }
   nlohmann::json j = {{"model", profile.model},     {"batch_size", profile.batch_size},
                       {"threads", profile.threads}, {"channels", profile.channels},
-                      {"input_bytes", profile.input_bytes}, {"units", units}};
+                      {"input_bytes", profile.input_bytes}, {"device", profile.device},
+                      {"units", units}};
+  if (!profile.partitions.empty()) {
+    nlohmann::json partitions = nlohmann::json::array();
+    for (const auto& t : profile.partitions) {
+      partitions.push_back({{"first_unit", t.first_unit}, {"end_unit", t.end_unit},
+                            {"forward_ms", t.forward_ms}, {"backward_ms", t.backward_ms}});
+    }
+    j["partitions"] = partitions;
+  }
   return j.dump(2) + "\n";
 }
 
@@ -201,6 +245,7 @@ Profile from_json(const std::string& text, const std::string& source) {
     p.threads = json_get<int>(j.at("threads"));
     p.channels = j.value("channels", int64_t{0});
     p.input_bytes = j.value("input_bytes", int64_t{0});
+    p.device = j.value("device", std::string("cpu"));
     for (const auto& u : j.at("units")) {
       UnitProfile row;
       row.index = json_get<int>(u.at("index"));
@@ -213,6 +258,10 @@ Profile from_json(const std::string& text, const std::string& source) {
       row.parameter_bytes = json_get<int64_t>(u.at("parameter_bytes"));
       row.forward_mflops = u.value("forward_mflops", 0.0);
       p.units.push_back(row);
+    }
+    for (const auto& t : j.value("partitions", nlohmann::json::array())) {
+      p.partitions.push_back({json_get<size_t>(t.at("first_unit")), json_get<size_t>(t.at("end_unit")),
+                              t.at("forward_ms").get<double>(), t.at("backward_ms").get<double>()});
     }
   } catch (const nlohmann::json::exception& e) {
     throw RuntimeError(source + ": not a stalepipe profile: " + e.what());
@@ -242,6 +291,28 @@ std::string format_profile_table(const Profile& p) {
   std::snprintf(line, sizeof line, "%4s  %-12s %7s %9.3f %9.3f %10s %10.3f %10.3f\n", "", "total",
                 "", f, b, "", kept / 1e6, params / 1e6);
   out += line;
+  return out;
+}
+
+}  // namespace stalepipe::partition
+
+namespace stalepipe::partition {
+
+std::string format_partition_check(const Profile& p) {
+  std::string out = "partition  units      model fwd  measured  ratio   model bwd  measured  ratio   (ms; model = sum of units)\n";
+  char line[256];
+  for (size_t k = 0; k < p.partitions.size(); ++k) {
+    const auto& t = p.partitions[k];
+    double f = 0, b = 0;
+    for (size_t u = t.first_unit; u < t.end_unit && u < p.units.size(); ++u) {
+      f += p.units[u].forward_ms;
+      b += p.units[u].backward_ms;
+    }
+    std::snprintf(line, sizeof line, "%9zu  %4zu-%-4zu %10.3f %9.3f %6.3f %11.3f %9.3f %6.3f\n", k + 1,
+                  t.first_unit, t.end_unit - 1, f, t.forward_ms, t.forward_ms > 0 ? f / t.forward_ms : 0.0, b,
+                  t.backward_ms, t.backward_ms > 0 ? b / t.backward_ms : 0.0);
+    out += line;
+  }
   return out;
 }
 

@@ -1,6 +1,7 @@
 #include "stalepipe/sim/simulate.h"
 
 #include <algorithm>
+#include <array>
 #include <cstdio>
 #include <map>
 
@@ -41,6 +42,7 @@ PartitionCosts partition_costs(const partition::Profile& profile, const partitio
     costs.activation_bytes.push_back(kept);
     costs.parameter_bytes.push_back(params);
     costs.recomputed_bytes.push_back(recomputed);
+    costs.output_bytes.push_back(last > first ? profile.units[last - 1].output_bytes : kept);
   }
   return costs;
 }
@@ -57,7 +59,8 @@ void check_inputs(int K, const PartitionCosts& costs, const SimulateOptions& opt
                      at_or(costs.update_seconds, k, 0.0) >= 0,
                  "simulate: partition ", k + 1, " has a negative time");
   }
-  SP_CHECK_ARG(options.transfer_seconds >= 0, "simulate: negative transfer time");
+  SP_CHECK_ARG(options.link.latency_seconds >= 0 && options.link.bandwidth_bytes_per_second >= 0,
+               "simulate: link ", options.link.describe(), " has a negative latency or bandwidth");
 }
 
 // Replays the schedule: each op starts once its worker is free and its message has arrived.
@@ -65,7 +68,8 @@ class Replay {
  public:
   Replay(const schedule::Schedule& s, const PartitionCosts& costs, const SimulateOptions& options, Prediction& p)
       : s_(s), costs_(costs), options_(options), p_(p), K_(s.num_workers), forward_done_(K_),
-        backward_done_(K_), next_(K_, 0), free_at_(K_, 0.0), share_(1.0 / s.micro_batches) {}
+        backward_done_(K_), next_(K_, 0), free_at_(K_, 0.0), share_(1.0 / s.micro_batches),
+        link_free_(K_, {0.0, 0.0}) {}
 
   // Runs every op; returns the completion time of each step (the end of its last op).
   std::map<int64_t, double> run() {
@@ -92,10 +96,10 @@ class Replay {
     const schedule::Op& op = s_.worker_ops[k][next_[k]];
     double ready = 0, duration = 0;
     if (op.kind == schedule::OpKind::kForward) {
-      if (k > 0 && !arrived(forward_done_[k - 1], op, ready)) return false;
+      if (k > 0 && !arrived(forward_done_[k - 1], op, k - 1, 0, ready)) return false;
       duration = costs_.forward_seconds[k] * share_;
     } else if (op.kind == schedule::OpKind::kBackward) {
-      if (k < K_ - 1 && !arrived(backward_done_[k + 1], op, ready)) return false;
+      if (k < K_ - 1 && !arrived(backward_done_[k + 1], op, k, 1, ready)) return false;
       duration = costs_.backward_seconds[k] * share_;
     } else {
       duration = at_or(costs_.update_seconds, k, 0.0);
@@ -116,11 +120,18 @@ class Replay {
     return true;
   }
 
-  // Whether the neighbour sent op's message; sets `ready` to its arrival.
-  bool arrived(const std::map<Slot, double>& done, const schedule::Op& op, double& ready) const {
+  // Whether the neighbour sent op's message over the register after partition `boundary`
+  // (direction 0 forward, 1 backward); sets `ready` to its arrival. Messages are consumed in
+  // the order they were sent (the registers are FIFO), so the link's direction is free again
+  // when this one arrives.
+  bool arrived(const std::map<Slot, double>& done, const schedule::Op& op, int boundary, int direction,
+               double& ready) {
     const auto it = done.find({op.step, op.micro});
     if (it == done.end()) return false;
-    ready = it->second + options_.transfer_seconds;
+    const auto bytes = static_cast<int64_t>(at_or(costs_.output_bytes, boundary, int64_t{0}) * share_);
+    double& free = link_free_[boundary][direction];
+    ready = std::max(it->second, free) + options_.link.message_seconds(bytes);
+    free = ready;
     return true;
   }
 
@@ -135,6 +146,7 @@ class Replay {
   std::vector<size_t> next_;
   std::vector<double> free_at_;
   const double share_;
+  std::vector<std::array<double, 2>> link_free_;  // [boundary][direction]: busy until
   std::map<int64_t, double> completion_;
 };
 
@@ -146,7 +158,13 @@ void fill_rates(const schedule::Schedule& schedule, const SimulateOptions& optio
   for (const auto& e : p.events) last = std::max(last, e.end_seconds);
   p.makespan_seconds = last - first;
   const int64_t steps = schedule.end_step - schedule.first_step;
-  const int64_t lo = schedule.first_step + 2 * K, hi = schedule.end_step - 1 - 2 * K;
+  const int64_t lo = schedule.first_step + 2 * K;
+  int64_t hi = schedule.end_step - 1 - 2 * K;
+  // Whole cycles only: partition 1's backward of t comes just before its forward of
+  // t + 2(K-1), so completions may repeat in a pattern of 2(K-1) steps (K = 2 with a slow
+  // link: 2.0, 4.5, 2.0, ...), which an odd count would over-weight.
+  const int64_t cycle = std::max(1, 2 * (K - 1));
+  if (hi - lo >= cycle) hi -= (hi - lo) % cycle;
   if (steps >= 4 * K + 4 && hi > lo) {
     p.steady_step_seconds = (completion[hi] - completion[lo]) / static_cast<double>(hi - lo);
   } else if (steps > 0) {

@@ -215,6 +215,67 @@ TEST(Cli, BenchAndMemoryBadFlagsExitTwo) {
   expect_one_line_error(run_cli({"memory", "--pipeline", "2", "--channels", "0"}), 2, "--channels must be 1..64");
 }
 
+TEST(Cli, SimulateLinkAndProfileDeviceErrorsNameTheFlag) {
+  expect_one_line_error(run_cli({"simulate", "--pipeline", "2", "--link", "warp9"}), 2,
+                        "--link warp9: not a link; expected one of ideal, nvlink4, pcie5, pcie4, pcie3");
+  expect_one_line_error(run_cli({"simulate", "--pipeline", "2", "--link", "25e9,soon"}), 2,
+                        "--link 25e9,soon: the latency 'soon' must be a number of seconds >= 0");
+  expect_one_line_error(run_cli({"simulate", "--pipeline", "2", "--link", "pcie4", "--transfer-ms", "1"}), 2,
+                        "--transfer-ms excludes --link");
+  expect_one_line_error(run_cli({"simulate", "--pipeline", "2", "--transfer-ms", "-1"}), 2,
+                        "--transfer-ms must be >= 0, got -1");
+  // No machine has 100 GPUs; a CPU-only LibTorch has none.
+  expect_one_line_error(run_cli({"profile", "--device", "cuda:99"}), 2, "--device: cuda:99 is not present");
+  expect_one_line_error(run_cli({"profile", "--device", "tpu"}), 2, "--device tpu: 'tpu' is not a device");
+  expect_one_line_error(run_cli({"profile", "--device", "cpu,cpu"}), 2, "--device cpu,cpu: name one device");
+  expect_one_line_error(run_cli({"simulate", "--paper-table5", "/nonexistent-profiles"}), 1,
+                        "/nonexistent-profiles/resnet56.json");
+}
+
+TEST(Cli, SimulateLinkAndPaperTable5) {
+  // The link's message time shows in the predicted step: LeNet-5 at PPV 2 sends 16 samples of
+  // 16 x 5 x 5 floats (25.6 KB) each way; over 1 MB/s a message takes 25.6 ms, two per cycle
+  // of two mini-batches, so the stale step, at least partition 1's F + B (a few ms) without
+  // the link, becomes both partitions' (F + B) / 2 + 25.6 ms: it grows by 25.6 ms less half
+  // the difference of the partitions' times.
+  TempDir dir;
+  auto step_ms = [](const std::string& out) {
+    const auto at = out.find("one mini-batch every ");
+    return at == std::string::npos ? -1.0 : std::stod(out.substr(at + 21));
+  };
+  const std::string lenet = dir.file("lenet5.json");
+  ASSERT_EQ(run_cli({"profile", "--batch-size", "16", "--json", lenet}).status, 0);
+  const auto fast = run_cli({"simulate", "--pipeline", "2", "--profile", lenet, "--link", "ideal"});
+  ASSERT_EQ(fast.status, 0) << fast.err;
+  EXPECT_NE(fast.out.find("link ideal (unlimited, 0 us)"), std::string::npos) << fast.out;
+  const auto slow = run_cli({"simulate", "--pipeline", "2", "--profile", lenet, "--link", "1e6,0"});
+  ASSERT_EQ(slow.status, 0) << slow.err;
+  EXPECT_NE(slow.out.find("link custom (0.001 GB/s, 0 us)"), std::string::npos) << slow.out;
+  EXPECT_GT(step_ms(fast.out), 0) << fast.out;
+  const double grown = step_ms(slow.out) - step_ms(fast.out);
+  EXPECT_GT(grown, 20.0) << fast.out << slow.out;
+  EXPECT_LE(grown, 25.6 + 1e-6) << fast.out << slow.out;
+  // Profiles of the four networks on this CPU (tiny: batch 2, one step), two partitions each
+  // timed as blocks, then the table.
+  const std::pair<const char*, const char*> networks[] = {
+      {"resnet56", "19"}, {"resnet110", "37"}, {"resnet224", "75"}, {"resnet362", "121"}};
+  for (const auto& [model, ppv] : networks) {
+    const auto r = run_cli({"profile", "--model", model, "--channels", "3", "--batch-size", "2", "--warmup", "0",
+                            "--repeats", "1", "--device", "cpu", "--pipeline", ppv, "--json",
+                            dir.file(std::string(model) + ".json")});
+    ASSERT_EQ(r.status, 0) << r.err;
+    EXPECT_NE(r.out.find("each partition timed as one block"), std::string::npos) << r.out;
+  }
+  const auto table = run_cli({"simulate", "--paper-table5", dir.path()});
+  ASSERT_EQ(table.status, 0) << table.err;
+  EXPECT_NE(table.out.find("profiles taken on cpu"), std::string::npos) << table.out;
+  for (const char* row : {"resnet56 (19)", "resnet110 (37)", "resnet224 (75)", "resnet362 (121)", "1.65x", "1.82x",
+                          "nvlink4 (450 GB/s, 5 us)", "pcie3 (12 GB/s, 10 us)"}) {
+    EXPECT_NE(table.out.find(row), std::string::npos) << row << "\n" << table.out;
+  }
+  EXPECT_EQ(table.out.find("not measured"), std::string::npos) << table.out;
+}
+
 TEST(Cli, BenchAndMemoryReport) {
   // Correctness of the paths, not speed: small batch, few steps.
   TempDir dir;

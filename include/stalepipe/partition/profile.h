@@ -1,14 +1,16 @@
 // Per-unit cost profile: what `stalepipe profile` prints (as `caffe time` does) and what the
 // balanced partitioner (balance.h) and the simulator (sim/simulate.h) read.
 //
-// Units are measured inside whole training steps, in training mode, on the device of the
-// model's first parameter (CPU for the zoo): a forward through all units one after another,
+// Units are measured inside whole training steps, in training mode, on options.device (the
+// model is moved there): a forward through all units one after another,
 // then one backward from a ones-like gradient of the last output. A unit's forward time is the
 // wall time of its forward call; its backward time runs from the moment the gradient of its
 // output is ready to the moment the gradient of its input is (tensor hooks on the outputs;
 // the first unit's input is plain data, as exec::Stage feeds it, so its backward ends with
 // the step). Times are steady_clock wall times in milliseconds, the median over `repeats`
-// steps after `warmup` steps.
+// steps after `warmup` steps. On a CUDA device the clock is read after torch::cuda::synchronize(),
+// at every unit boundary, so a unit's time includes launching its kernels without overlap
+// with the next unit's: measure_partitions times whole partitions to see what that costs.
 //
 // Memory, per mini-batch of batch_size samples:
 //   output_bytes     - the unit's output tensor (what a pipeline register after it carries);
@@ -27,11 +29,15 @@
 #include <string>
 #include <vector>
 
+#include <torch/types.h>
+
 namespace stalepipe::models {
 class Model;
 }
 
 namespace stalepipe::partition {
+
+struct Plan;
 
 struct UnitProfile {
   int index = 0;             // position in model.units
@@ -48,13 +54,23 @@ struct UnitProfile {
   double backward_ms_with(bool recomputed) const { return backward_ms + (recomputed ? forward_ms : 0.0); }
 };
 
+// One partition timed as a block: synchronised only at its boundaries, as a pipeline with a
+// device per partition runs it.
+struct PartitionTiming {
+  size_t first_unit = 0, end_unit = 0;  // units [first_unit, end_unit)
+  double forward_ms = 0;                // median
+  double backward_ms = 0;               // median
+};
+
 struct Profile {
   std::string model;
   int64_t batch_size = 0;
   int threads = 0;
   int64_t channels = 0;          // input channels the model was built for
   int64_t input_bytes = 0;       // one input mini-batch
+  std::string device = "cpu";    // where it was measured (ProfileOptions::device)
   std::vector<UnitProfile> units;
+  std::vector<PartitionTiming> partitions;  // measure_partitions' result, if it was run
 };
 
 struct ProfileOptions {
@@ -63,10 +79,18 @@ struct ProfileOptions {
   int warmup = 2;
   int repeats = 5;
   torch::MemoryFormat memory_format = torch::MemoryFormat::Contiguous;  // of the input (as the units' weights)
+  torch::Device device = torch::kCPU;  // where the model is moved and measured
 };
 
-// Measures every unit of `model`. Throws UsageError for batch_size < 1, repeats < 1, warmup < 0.
+// Measures every unit of `model` (moved to options.device). Throws UsageError for
+// batch_size < 1, repeats < 1, warmup < 0, or a device this machine does not have (a CUDA
+// device with a CPU-only LibTorch).
 Profile profile_model(models::Model& model, const ProfileOptions& options = {});
+
+// Times each partition of `plan` (a cut of `model`) as one block inside whole training steps,
+// the same way as profile_model times units, with the same options and checks.
+std::vector<PartitionTiming> measure_partitions(models::Model& model, const Plan& plan,
+                                                const ProfileOptions& options = {});
 
 // JSON text (the --json file of `stalepipe profile`) and back. from_json throws RuntimeError
 // naming `source` if the text is not such a profile.
@@ -77,5 +101,10 @@ Profile from_json(const std::string& text, const std::string& source);
 //   unit  name  layers  fwd ms  bwd ms  output MB  kept MB  params MB
 // The header names the batch size, threads and what "kept" means. Ends with a newline.
 std::string format_profile_table(const Profile& profile);
+
+// One line per measured partition (profile.partitions): its units, the sum of its units'
+// forward and backward medians (the simulator's compute model, sim/simulate.h), the measured
+// block times and model / measured. Ends with a newline.
+std::string format_partition_check(const Profile& profile);
 
 }  // namespace stalepipe::partition

@@ -3,13 +3,19 @@
 //
 // Discrete-event model: each worker runs its operations in program order (the schedule's
 // lists); an operation starts when its worker is free and its message has arrived: F(t) on
-// worker k needs F(t) on k-1 finished plus transfer_seconds, B(t) on k needs B(t) on k+1
-// finished plus transfer_seconds (the last worker's B(t) and every U(t) need only the worker).
-// Nothing else is shared: each partition owns its device, as in the paper's multi-GPU setup.
+// worker k needs F(t) on k-1 finished plus the message over the link (link.h: latency +
+// bytes / bandwidth, the bytes being partition k-1's output for F(t)'s share of the
+// mini-batch), B(t) on k needs B(t) on k+1 finished plus the gradient of partition k's output
+// over the link (the last worker's B(t) and every U(t) need only the worker). Each direction
+// of a link carries one message at a time, in the order they were sent; a message does not
+// occupy either worker (copy engines overlap compute). Nothing else is shared: each
+// partition owns its device, as in the paper's multi-GPU setup.
 //
 // Throughput: the steady state is measured between the completions of mini-batches
 // first+2K and end-1-2K (completion of t = the end of the last operation of t on any worker),
-// i.e. after the fill and before the drain; segments shorter than 4K+4 steps use the makespan.
+// i.e. after the fill and before the drain, shortened to a whole number of 2(K-1)-step cycles
+// (completions can alternate, e.g. K = 2 over a slow link); segments shorter than 4K+4 steps
+// use the makespan.
 // Memory per worker: in-flight activations (schedule::analyze's max_in_flight x activation
 // bytes per mini-batch) + weights + optimizer state (gradient, plus the momentum buffer when
 // momentum is used).
@@ -21,6 +27,7 @@
 
 #include "stalepipe/schedule/schedule.h"
 #include "stalepipe/sim/events.h"
+#include "stalepipe/sim/link.h"
 
 namespace stalepipe::partition {
 struct Profile;
@@ -39,17 +46,21 @@ struct PartitionCosts {
   // Of activation_bytes, what recomputation keeps for one mini-batch only (perf/memory.h R_k);
   // may be empty.
   std::vector<int64_t> recomputed_bytes;
+  // The partition's output per mini-batch: what the register after it carries forward, and
+  // the size of the gradient it gets back. May be empty: messages then cost the latency only.
+  std::vector<int64_t> output_bytes;
 };
 
 // From a profile and a plan of the same model: sums of the units' forward and backward
 // medians (a unit the plan recomputes adds its forward to the backward); activations = the
 // partition's input (held by its graph / pipeline register) + the units' kept bytes; of
-// those, the recomputed units' kept bytes less the last one's output; parameter bytes. Throws
+// those, the recomputed units' kept bytes less the last one's output; parameter bytes; the
+// output bytes of the partition's last unit. Throws
 // UsageError if the profile does not match the plan.
 PartitionCosts partition_costs(const partition::Profile& profile, const partition::Plan& plan);
 
 struct SimulateOptions {
-  double transfer_seconds = 0;  // per pipeline-register message, either direction
+  LinkModel link;               // between neighbouring workers, both directions; default: ideal
   int64_t batch_size = 128;     // for images per second
   bool momentum = true;         // optimizer keeps a momentum buffer (one more copy of weights)
 };
@@ -74,8 +85,8 @@ struct Prediction {
   std::vector<WorkerPrediction> workers;
 };
 
-// Throws UsageError if the costs do not have one entry per worker or are negative, and
-// RuntimeError if the schedule deadlocks.
+// Throws UsageError if the costs do not have one entry per worker or are negative, or the
+// link has a negative latency or bandwidth, and RuntimeError if the schedule deadlocks.
 Prediction simulate(const schedule::Schedule& schedule, const PartitionCosts& costs,
                     const SimulateOptions& options = {});
 

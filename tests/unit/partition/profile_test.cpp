@@ -4,20 +4,30 @@
 #include "stalepipe/common/error.h"
 
 #include "stalepipe/models/zoo.h"
+#include "stalepipe/partition/plan.h"
 #include "stalepipe/partition/profile.h"
+#include "support/error_of.h"
 
 namespace stalepipe::partition {
 namespace {
 
-TEST(Profile, Lenet5Batch8) {
+models::Model zoo_model(const std::string& name, int64_t channels) {
   models::InputShape input;
-  input.channels = 1;
-  auto model = models::make_model("lenet5", input);
+  input.channels = channels;
+  return models::make_model(name, input);
+}
+
+ProfileOptions quick(int64_t batch_size, int warmup, int repeats) {
   ProfileOptions options;
-  options.batch_size = 8;
-  options.warmup = 1;
-  options.repeats = 3;
-  const Profile p = profile_model(model, options);
+  options.batch_size = batch_size;
+  options.warmup = warmup;
+  options.repeats = repeats;
+  return options;
+}
+
+TEST(Profile, Lenet5Batch8) {
+  auto model = zoo_model("lenet5", 1);
+  const Profile p = profile_model(model, quick(8, 1, 3));
   EXPECT_EQ(p.model, "lenet5");
   EXPECT_EQ(p.batch_size, 8);
   EXPECT_EQ(p.input_bytes, 8 * 32 * 32 * 4);
@@ -44,6 +54,44 @@ TEST(Profile, Lenet5Batch8) {
   EXPECT_EQ(back.units[2].kept_bytes, p.units[2].kept_bytes);
   EXPECT_NE(format_profile_table(p).find("total"), std::string::npos);
   EXPECT_THROW(from_json("{}", "x.json"), RuntimeError);
+}
+
+TEST(Profile, PartitionsTimedAsBlocksMatchTheSumOfTheirUnits) {
+  // The simulator's compute model (a partition costs the sum of its units' medians) against
+  // each partition of ResNet-20 cut at PPV 7 timed as one block, on this CPU. Partition 1
+  // (stem + stage 1) does about 60% of partition 2's work, so a block timing the wrong units
+  // falls outside the tolerance, which allows for a shared, noisy machine.
+  auto model = zoo_model("resnet20", 3);
+  const ProfileOptions options = quick(16, 1, 5);
+  Profile p = profile_model(model, options);
+  const Plan plan = make_plan(model, {7});
+  p.partitions = measure_partitions(model, plan, options);
+  ASSERT_EQ(p.partitions.size(), 2u);
+  for (size_t k = 0; k < 2; ++k) {
+    const auto& t = p.partitions[k];
+    EXPECT_EQ(t.first_unit, plan.unit_ranges[k].first);
+    EXPECT_EQ(t.end_unit, plan.unit_ranges[k].second);
+    double sum = 0;
+    for (size_t u = t.first_unit; u < t.end_unit; ++u) sum += p.units[u].forward_ms + p.units[u].backward_ms;
+    const double measured = t.forward_ms + t.backward_ms;
+    EXPECT_GT(measured, sum / 1.5) << "partition " << k + 1;
+    EXPECT_LT(measured, sum * 1.5) << "partition " << k + 1;
+  }
+  const Profile back = from_json(to_json(p), "test");
+  ASSERT_EQ(back.partitions.size(), 2u);
+  EXPECT_EQ(back.partitions[1].end_unit, model.units.size());
+  EXPECT_DOUBLE_EQ(back.partitions[0].backward_ms, p.partitions[0].backward_ms);
+  EXPECT_NE(format_partition_check(p).find("model fwd  measured  ratio"), std::string::npos);
+}
+
+TEST(Profile, AnAbsentDeviceIsRefusedNamingIt) {
+  // No machine has 100 GPUs; a CPU-only LibTorch has none.
+  auto model = zoo_model("lenet5", 1);
+  ProfileOptions options;
+  options.device = torch::Device("cuda:99");
+  const std::string message = test::error_of<UsageError>([&] { profile_model(model, options); });
+  EXPECT_NE(message.find("ProfileOptions::device: cuda:99 is not present"), std::string::npos) << message;
+  EXPECT_THROW(measure_partitions(model, make_plan(model, {2}), options), UsageError);
 }
 
 }  // namespace

@@ -68,7 +68,7 @@ TEST(Simulate, SequentialIsTheSumOfAllPasses) {
   EXPECT_DOUBLE_EQ(q.makespan_seconds, 30 * 21.0);
   // With a transfer time of 0.5 per message, K = 2: 1 + .5 + 1 + 1 + .5 + 1 = 5 per step.
   SimulateOptions options;
-  options.transfer_seconds = 0.5;
+  options.link = fixed_link(0.5);
   const auto r = simulate(schedule::make_schedule(ScheduleKind::kSequential, 2, 0, 20),
                           costs({1, 1}, {1, 1}), options);
   EXPECT_DOUBLE_EQ(r.steady_step_seconds, 5.0);
