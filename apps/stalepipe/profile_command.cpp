@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "commands.h"
+#include "flags.h"
 #include "stalepipe/common/files.h"
 #include "stalepipe/models/zoo.h"
 #include "stalepipe/partition/profile.h"
@@ -10,21 +11,25 @@
 namespace stalepipe::cli {
 
 Command add_profile(CLI::App& app) {
-  auto model = std::make_shared<std::string>("lenet5");
+  // The model and batch size are the option tree's; the rest partition::ProfileOptions' own
+  // (threads 1 by default, where the tree's 0 means all cores: a profile times one worker).
+  auto tree = std::make_shared<Options>();
+  auto text = std::make_shared<TrainFlags>();
   auto channels = std::make_shared<int64_t>(1);
   auto options = std::make_shared<partition::ProfileOptions>();
   auto json = std::make_shared<std::string>();
-  app.add_option("--model", *model, "lenet5 | alexnet | vgg16 | resnet<6n+2>")->capture_default_str();
-  app.add_option("--batch-size", options->batch_size, "mini-batch size")->capture_default_str();
+  add_field_flag(app, *tree, *text, Field::model, "lenet5 | alexnet | vgg16 | resnet<6n+2>");
+  add_field_flag(app, *tree, *text, Field::batch_size);
   app.add_option("--threads", options->threads, "intra-op threads while measuring")->capture_default_str();
   app.add_option("--channels", *channels, "input channels (1: MNIST-like, 3: CIFAR-10)")->capture_default_str();
   app.add_option("--warmup", options->warmup, "unmeasured runs per unit")->capture_default_str();
   app.add_option("--repeats", options->repeats, "measured runs per unit (the median is shown)")->capture_default_str();
   app.add_option("--json", *json, "also write the profile as JSON to this file");
-  return [model, channels, options, json]() {
+  return [tree, channels, options, json]() {
+    options->batch_size = tree->data().batch_size();
     models::InputShape input;
     input.channels = *channels;
-    auto m = models::make_model(*model, input);
+    auto m = models::make_model(tree->run().model(), input);
     const auto profile = partition::profile_model(m, *options);
     std::fputs(partition::format_profile_table(profile).c_str(), stdout);
     if (!json->empty()) write_file_atomic(*json, partition::to_json(profile));

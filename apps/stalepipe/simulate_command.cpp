@@ -54,8 +54,8 @@ Command add_simulate(CLI::App& app) {
     Options o;
     o.data().batch_size(a->batch_size);
     o.run().model(a->model);  // the layout train would choose for it
-    o.pipeline().ppv(partition::parse_ppv(a->pipeline)).partitions(a->partitions)
-        .balance(partition::balance_from_name(a->balance)).threads_per_worker(a->threads);
+    o.pipeline().ppv(partition::parse_ppv(a->pipeline, field_name(Field::ppv))).partitions(a->partitions)
+        .balance(partition::balance_from_name(a->balance, field_name(Field::balance))).threads_per_worker(a->threads);
     const Assembly cut = plan_pipeline(model, o, /*want_profile=*/true, given ? &*given : nullptr);
     const auto& plan = cut.plan;
     const auto& profile = *cut.profile;
@@ -64,7 +64,7 @@ Command add_simulate(CLI::App& app) {
       std::printf("balanced by %s: --pipeline %s\n", a->balance.c_str(), partition::format_ppv(ppv).c_str());
     }
     const auto costs = sim::partition_costs(profile, plan);
-    const auto schedule = schedule::make_schedule(schedule::schedule_from_name(a->schedule),
+    const auto schedule = schedule::make_schedule(schedule::schedule_from_name(a->schedule, field_name(Field::schedule)),
                                                   plan.num_partitions(), 0, a->steps, a->micro_batches);
     sim::SimulateOptions options;
     options.batch_size = profile.batch_size;

@@ -19,7 +19,7 @@ std::string to_string(ExecutorKind kind) { return name_of(kExecutorNames, kind);
 
 std::unique_ptr<Executor> make_executor(ExecutorKind kind) {
   SP_CHECK_ARG(kind != ExecutorKind::kProcesses,
-               "PipelineOptions::executor processes runs one partition per process: it needs a "
+               "the processes executor runs one partition per process: it needs a "
                "process group (exec/processes.h, make_processes_executor)");
   if (kind == ExecutorKind::kEmulated) return std::make_unique<EmulatedExecutor>();
   return std::make_unique<ThreadsExecutor>();
