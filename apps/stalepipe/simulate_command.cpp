@@ -4,6 +4,7 @@
 #include <optional>
 
 #include "commands.h"
+#include "flags.h"
 #include "stalepipe/api/assemble.h"
 #include "stalepipe/common/error.h"
 #include "stalepipe/common/files.h"
@@ -17,67 +18,71 @@
 namespace stalepipe::cli {
 
 Command add_simulate(CLI::App& app) {
+  // The model, its cut, the batch size, the schedule and its micro-batches are the option
+  // tree's; --threads is each worker's (the tree's threads_per_worker), 1 by default here.
   struct Args {
-    std::string model = "lenet5", pipeline = "none", balance = "time", profile, schedule = "stale", svg;
-    int partitions = 0, threads = 1, micro_batches = 1;
-    int64_t channels = 1, batch_size = 128, steps = 40;
+    Options tree;
+    TrainFlags text;
+    std::string profile, svg;
+    int threads = 1;
+    int64_t channels = 1, steps = 40;
     double transfer_ms = 0;
   };
   auto a = std::make_shared<Args>();
-  app.add_option("--model", a->model, "lenet5 | alexnet | vgg16 | resnet<6n+2>")->capture_default_str();
-  auto* pipeline = app.add_option("--pipeline", a->pipeline, "PPV, e.g. 7 or 7,13");
-  auto* partitions = app.add_option("--partitions", a->partitions, "K partitions, PPV chosen by --balance");
-  pipeline->excludes(partitions);
-  app.add_option("--balance", a->balance, "with --partitions: time | params | flops")->capture_default_str();
+  auto field = [&](Field f, const std::string& help = "") { return add_field_flag(app, a->tree, a->text, f, help); };
+  field(Field::model, "lenet5 | alexnet | vgg16 | resnet<6n+2>");
+  field(Field::ppv, "PPV, e.g. 7 or 7,13")->excludes(field(Field::partitions, "K partitions, PPV chosen by --balance"));
+  field(Field::balance, "with --partitions: time | params | flops");
   app.add_option("--profile", a->profile, "profile JSON from `stalepipe profile --json` (default: measure now)");
-  app.add_option("--batch-size", a->batch_size, "mini-batch size when measuring")->capture_default_str();
+  field(Field::batch_size, "mini-batch size when measuring");
   app.add_option("--threads", a->threads, "intra-op threads when measuring")->capture_default_str();
   app.add_option("--channels", a->channels, "input channels (1: MNIST-like, 3: CIFAR-10)")->capture_default_str();
   app.add_option("--steps", a->steps, "mini-batches in the simulated segment")->capture_default_str();
-  app.add_option("--schedule", a->schedule, "stale | sequential | gpipe | 1f1b-stash")->capture_default_str();
-  app.add_option("--micro-batches", a->micro_batches, "gpipe: micro-batches per mini-batch (each costs its share)")->capture_default_str();
+  field(Field::schedule, "stale | sequential | gpipe | 1f1b-stash");
+  field(Field::micro_batches, "gpipe: micro-batches per mini-batch (each costs its share)");
   app.add_option("--transfer-ms", a->transfer_ms, "time per pipeline-register message")->capture_default_str();
   app.add_option("--svg", a->svg, "write the space-time diagram to this file");
   return [a]() {
     SP_CHECK_ARG(a->steps >= 1 && a->steps <= 100000, "--steps must be 1..100000, got ", a->steps);
+    apply(a->text, a->tree);
+    Options& o = a->tree;
+    const std::string& name = o.run().model();
     models::InputShape input;
     input.channels = a->channels;
-    auto model = models::make_model(a->model, input);
+    auto model = models::make_model(name, input);
     std::optional<partition::Profile> given;
     if (!a->profile.empty()) {
       given = partition::from_json(read_file(a->profile), a->profile);
-      SP_CHECK_ARG(given->model == a->model && given->units.size() == model.units.size(),
+      SP_CHECK_ARG(given->model == name && given->units.size() == model.units.size(),
                    "--profile ", a->profile, ": is a profile of ", given->model, " (",
-                   given->units.size(), " units), not of ", a->model);
+                   given->units.size(), " units), not of ", name);
     }
     // The same cut as train chooses: one assembly path (api/assemble.h).
-    Options o;
-    o.data().batch_size(a->batch_size);
-    o.run().model(a->model);  // the layout train would choose for it
-    o.pipeline().ppv(partition::parse_ppv(a->pipeline, field_name(Field::ppv))).partitions(a->partitions)
-        .balance(partition::balance_from_name(a->balance, field_name(Field::balance))).threads_per_worker(a->threads);
+    o.pipeline().threads_per_worker(a->threads);
     const Assembly cut = plan_pipeline(model, o, /*want_profile=*/true, given ? &*given : nullptr);
     const auto& plan = cut.plan;
     const auto& profile = *cut.profile;
     const std::vector<int> ppv = plan.ppv;
-    if (a->partitions > 0) {
-      std::printf("balanced by %s: --pipeline %s\n", a->balance.c_str(), partition::format_ppv(ppv).c_str());
+    const std::string balance = partition::to_string(o.pipeline().balance());
+    const std::string schedule_name = schedule::to_string(o.pipeline().schedule());
+    if (o.pipeline().partitions() > 0) {
+      std::printf("balanced by %s: --pipeline %s\n", balance.c_str(), partition::format_ppv(ppv).c_str());
     }
     const auto costs = sim::partition_costs(profile, plan);
-    const auto schedule = schedule::make_schedule(schedule::schedule_from_name(a->schedule, field_name(Field::schedule)),
-                                                  plan.num_partitions(), 0, a->steps, a->micro_batches);
+    const auto schedule = schedule::make_schedule(o.pipeline().schedule(), plan.num_partitions(), 0, a->steps,
+                                                  o.pipeline().micro_batches());
     sim::SimulateOptions options;
     options.batch_size = profile.batch_size;
     options.transfer_seconds = a->transfer_ms / 1e3;
     const auto prediction = sim::simulate(schedule, costs, options);
     std::printf("model %s, batch %lld, %d thread(s) per worker, --pipeline %s, %s schedule, %lld steps\n",
-                a->model.c_str(), static_cast<long long>(profile.batch_size), profile.threads,
-                partition::format_ppv(ppv).c_str(), a->schedule.c_str(), static_cast<long long>(a->steps));
+                name.c_str(), static_cast<long long>(profile.batch_size), profile.threads,
+                partition::format_ppv(ppv).c_str(), schedule_name.c_str(), static_cast<long long>(a->steps));
     std::fputs(sim::format_prediction(prediction, costs).c_str(), stdout);
     if (!a->svg.empty()) {
       write_file_atomic(a->svg, sim::space_time_svg(prediction.events, plan.num_partitions(),
-                                                    c10::str("predicted: ", a->model, " --pipeline ",
-                                                             partition::format_ppv(ppv), ", ", a->schedule)));
+                                                    c10::str("predicted: ", name, " --pipeline ",
+                                                             partition::format_ppv(ppv), ", ", schedule_name)));
     }
     return 0;
   };

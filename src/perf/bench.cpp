@@ -69,8 +69,8 @@ struct Rig {
 };
 
 Rig build_rig(const Setup& setup, const std::vector<int>& ppv) {
-  torch::manual_seed(setup.options.seed());
-  Rig rig{models::make_model(setup.options.model(), setup.input), nullptr};
+  torch::manual_seed(setup.options.training().run().seed());
+  Rig rig{models::make_model(setup.options.training().run().model(), setup.input), nullptr};
   rig.pipeline = assemble(rig.model, bench_options(setup.options, ppv, 0)).pipeline;
   return rig;
 }
@@ -365,9 +365,10 @@ BenchReport run_bench(const BenchOptions& o, const std::function<void(const std:
   };
   BenchReport report;
   report.options = o;
-  const int K = o.training().pipeline().ppv().empty() ? o.training().pipeline().partitions() : static_cast<int>(o.training().pipeline().ppv().size()) + 1;
+  const PipelineOptions& p = o.training().pipeline();
+  const int K = p.ppv().empty() ? p.partitions() : static_cast<int>(p.ppv().size()) + 1;
   check_options(o, K);
-  const int T = resolved_threads(PipelineOptions().threads(o.training().pipeline().threads()));
+  const int T = resolved_threads(p);
   const int per_worker = std::max(1, T / K);
   report.partitions = K;
   report.threads = T;
@@ -377,9 +378,7 @@ BenchReport run_bench(const BenchOptions& o, const std::function<void(const std:
   setup.input.channels = o.channels();
   // Cheap checks first: the model name and PPV, before any profile or data.
   auto model = models::make_model(o.training().run().model(), setup.input);
-  if (!o.training().pipeline().ppv().empty()) {
-    partition::make_plan(model, o.training().pipeline().ppv(), 0, field_name(Field::ppv));
-  }
+  if (!p.ppv().empty()) partition::make_plan(model, p.ppv(), 0, field_name(Field::ppv));
   say(c10::str("profiling ", o.training().run().model(), " at batch ", o.training().data().batch_size(), " with ", per_worker,
                " thread(s) per unit"));
   const std::vector<int> ppv = predict(report, model, o, K);

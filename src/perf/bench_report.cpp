@@ -12,10 +12,11 @@ namespace stalepipe::perf {
 
 std::string format_bench_report(const BenchReport& r) {
   const auto& o = r.options;
-  std::string s = c10::str("bench ", o.training().run().model(), ": batch ", o.training().data().batch_size(), ", ", o.channels(),
-                           " channel(s), ", r.layout, ", PPV ", r.ppv, " (", r.partitions, " partitions",
-                           o.training().pipeline().ppv().empty() ? c10::str(", balanced by ", partition::to_string(o.training().pipeline().balance())) : std::string(),
-                           o.training().pipeline().recompute() > 0 ? c10::str(", recomputing through layer ", o.training().pipeline().recompute()) : std::string(),
+  const PipelineOptions& p = o.training().pipeline();
+  std::string s = c10::str("bench ", o.training().run().model(), ": batch ", o.training().data().batch_size(), ", ",
+                           o.channels(), " channel(s), ", r.layout, ", PPV ", r.ppv, " (", r.partitions, " partitions",
+                           p.ppv().empty() ? c10::str(", balanced by ", partition::to_string(p.balance())) : std::string(),
+                           p.recompute() > 0 ? c10::str(", recomputing through layer ", p.recompute()) : std::string(),
                            "), ", r.threads, " cores, ", o.warmup_steps(), " warm-up + ", o.steps(),
                            " measured steps",
                            o.rounds() > 1 ? c10::str(", medians of ", o.rounds(), " alternated rounds")
