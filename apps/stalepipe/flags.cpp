@@ -7,6 +7,8 @@
 #include <utility>
 #include <vector>
 
+#include "stalepipe/common/error.h"
+
 namespace stalepipe::cli {
 namespace {
 
@@ -100,6 +102,12 @@ void add_option_flags(CLI::App& app, Options& o, TrainFlags& text) {
 
 void apply(const TrainFlags& text, Options& o) {
   for (const auto& [field, value] : text.text) option_field(field).read(value, o, field_name(field));
+}
+
+void check_micro_batches(int micro_batches, ScheduleKind kind) {
+  SP_CHECK_ARG(micro_batches >= 1, flag_of(Field::micro_batches), " must be >= 1, got ", micro_batches);
+  SP_CHECK_ARG(micro_batches == 1 || kind == ScheduleKind::kGPipe, flag_of(Field::micro_batches), " ",
+               micro_batches, " applies to --schedule gpipe only, not ", schedule::to_string(kind));
 }
 
 }  // namespace stalepipe::cli

@@ -46,6 +46,7 @@ Command add_simulate(CLI::App& app) {
     SP_CHECK_ARG(a->steps >= 1 && a->steps <= 100000, "--steps must be 1..100000, got ", a->steps);
     apply(a->text, a->tree);
     Options& o = a->tree;
+    check_micro_batches(o.pipeline().micro_batches(), o.pipeline().schedule());  // before any profile
     const std::string& name = o.run().model();
     models::InputShape input;
     input.channels = a->channels;

@@ -59,6 +59,9 @@ TEST(Cli, UsageErrorsExitTwo) {
   expect_one_line_error(run_cli({"train", "--epochs", "many"}), 2, "many");
   expect_one_line_error(run_cli({"layers", "--model", "resnet7"}), 2, "6n+2");
   expect_one_line_error(run_cli({"schedule", "--partitions", "0"}), 2, "--partitions must be 1..64");
+  expect_one_line_error(run_cli({"schedule", "--micro-batches", "0"}), 2, "--micro-batches must be >= 1, got 0");
+  expect_one_line_error(run_cli({"simulate", "--micro-batches", "2"}), 2,
+                        "--micro-batches 2 applies to --schedule gpipe only, not stale");
   expect_one_line_error(run_cli(with(kSmallRun, {"--micro-batches", "4"})), 2, "--micro-batches 4 applies to schedule gpipe only");
   expect_one_line_error(run_cli(with(kSmallRun, {"--stop-at-step", "-1"})), 2, "--stop-at-step must be >= 0, got -1");
   expect_one_line_error(run_cli(with(kSmallRun, {"--schedule", "hybrid", "--hybrid-switch", "x"})), 2, "--hybrid-switch x: expected a number of epochs");
