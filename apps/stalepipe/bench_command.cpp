@@ -22,8 +22,8 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "flags.h"
 #include "stalepipe/common/error.h"
-#include "stalepipe/partition/plan.h"
 #include "stalepipe/common/files.h"
 #include "stalepipe/common/median.h"
 #include "stalepipe/perf/bench.h"
@@ -86,13 +86,14 @@ double last_epoch_images_per_second(const std::string& dir) {
 // varies by +-10% here, more than the difference being measured.
 void measure_processes(perf::BenchReport& report, int repeats) {
   const auto& o = report.options;
+  const Options& t = o.training();
   const fs::path dir = fs::temp_directory_path() / ("stalepipe-bench-" + std::to_string(::getpid()));
   fs::create_directories(dir);
   std::vector<std::string> common = {
-      "--model", o.model(), "--data", "synthetic:" + std::to_string(o.steps() * o.batch_size()),
-      "--batch-size", std::to_string(o.batch_size()), "--epochs", "2", "--test-subset", "1",  // evaluation is not timed
+      "--model", t.run().model(), "--data", "synthetic:" + std::to_string(o.steps() * t.data().batch_size()),
+      "--batch-size", std::to_string(t.data().batch_size()), "--epochs", "2", "--test-subset", "1",  // evaluation is not timed
       "--pipeline", report.ppv, "--threads", std::to_string(report.threads), "--lr", "0.01",
-      "--progress", "none", "--seed", std::to_string(o.seed())};
+      "--progress", "none", "--seed", std::to_string(t.run().seed())};
   common.insert(common.end(), {"--layout", report.layout});
   auto train_args = [&](const std::string& executor, const std::string& out) {
     std::vector<std::string> a = {"train", "--executor", executor, "--out", out};
@@ -126,26 +127,28 @@ void measure_processes(perf::BenchReport& report, int repeats) {
 Command add_bench(CLI::App& app) {
   struct Args {
     perf::BenchOptions options;
-    std::string json, ppv, balance = "time", layout = "auto";
+    TrainFlags text;
+    std::string json;
     bool processes = false;
     int processes_repeats = 3;
+    CLI::Option* pipeline = nullptr;
   };
   auto a = std::make_shared<Args>();
   auto& o = a->options;
-  app.add_option("--model", o.model(), "lenet5 | alexnet | vgg16 | resnet<6n+2>")->capture_default_str();
-  app.add_option("--batch-size", o.batch_size(), "mini-batch size")->capture_default_str();
+  auto field = [&](Field f, const std::string& help = "") { return add_field_flag(app, o.training(), a->text, f, help); };
+  field(Field::model, "lenet5 | alexnet | vgg16 | resnet<6n+2>");
+  field(Field::batch_size);
   app.add_option("--channels", o.channels(), "input channels (1: Fashion-MNIST, 3: CIFAR-10)")->capture_default_str();
-  auto* pipeline = app.add_option("--pipeline", a->ppv, "PPV, e.g. 19 (the paper's 2n+1 for ResNet-56)");
-  auto* partitions = app.add_option("--partitions", o.partitions(), "K partitions, PPV chosen by --balance")->capture_default_str();
-  pipeline->excludes(partitions);
-  app.add_option("--balance", a->balance, "with --partitions: time | params | flops")->capture_default_str();
+  a->pipeline = field(Field::ppv, "PPV, e.g. 19 (the paper's 2n+1 for ResNet-56)");
+  a->pipeline->excludes(field(Field::partitions, "K partitions, PPV chosen by --balance"));
+  field(Field::balance, "with --partitions: time | params | flops");
   app.add_option("--warmup-steps", o.warmup_steps(), "unmeasured mini-batches per configuration")->capture_default_str();
   app.add_option("--steps", o.steps(), "measured mini-batches per configuration (>= 4K+2)")->capture_default_str();
-  app.add_option("--threads", o.threads(), "cores to use in all (0: all)")->capture_default_str();
+  field(Field::threads, "cores to use in all (0: all)");
   app.add_option("--rounds", o.rounds(), "alternated runs of every configuration; medians are reported")->capture_default_str();
-  app.add_option("--seed", o.seed(), "model and data seed")->capture_default_str();
-  app.add_option("--layout", a->layout, "every configuration in nchw | channels-last | auto (the model's default)")->capture_default_str();
-  app.add_option("--recompute", o.recompute(), "pipelined configurations recompute activations through weight layer L (0: none)")->capture_default_str();
+  field(Field::seed, "model and data seed");
+  field(Field::layout, "every configuration in nchw | channels-last | auto (the model's default)");
+  field(Field::recompute, "pipelined configurations recompute activations through weight layer L (0: none)");
   app.add_option("--json", a->json, "also write the report as JSON to this file");
   app.add_flag("--processes", a->processes,
                "also time train --executor processes on K ranks against --executor threads (slower)");
@@ -154,9 +157,9 @@ Command add_bench(CLI::App& app) {
       ->check(CLI::Range(1, 99))
       ->capture_default_str();
   return [a]() {
-    a->options.ppv(partition::parse_ppv(a->ppv)).balance(partition::balance_from_name(a->balance));
-    a->options.layout(layout_from_name(a->layout));
-    SP_CHECK_ARG(a->ppv.empty() || !a->options.ppv().empty(), "--pipeline ", a->ppv,
+    apply(a->text, a->options.training());
+    const std::string& ppv = a->text.text.at(Field::ppv);
+    SP_CHECK_ARG(a->pipeline->count() == 0 || !a->options.training().pipeline().ppv().empty(), "--pipeline ", ppv,
                  ": bench measures a pipeline; give at least one register");
     auto report = perf::run_bench(a->options, [](const std::string& line) {
       std::fprintf(stderr, "bench: %s\n", line.c_str());
@@ -175,20 +178,19 @@ Command add_bench(CLI::App& app) {
 
 Command add_memory(CLI::App& app) {
   auto o = std::make_shared<perf::MemoryOptions>();
+  auto text = std::make_shared<TrainFlags>();
   auto json = std::make_shared<std::string>();
-  app.add_option("--model", o->model, "lenet5 | alexnet | vgg16 | resnet<6n+2>")->capture_default_str();
-  auto ppv = std::make_shared<std::string>();
-  auto layout = std::make_shared<std::string>("auto");
-  app.add_option("--pipeline", *ppv, "PPV, e.g. 2 (at least one register)")->required();
-  app.add_option("--batch-size", o->batch_size, "mini-batch size")->capture_default_str();
+  auto field = [&](Field f, const std::string& help = "") { return add_field_flag(app, o->training, *text, f, help); };
+  field(Field::model, "lenet5 | alexnet | vgg16 | resnet<6n+2>");
+  field(Field::ppv, "PPV, e.g. 2 (at least one register)")->required();
+  field(Field::batch_size);
   app.add_option("--channels", o->channels, "input channels (1: MNIST-like, 3: CIFAR-10)")->capture_default_str();
-  app.add_option("--seed", o->seed, "model seed")->capture_default_str();
-  app.add_option("--layout", *layout, "nchw | channels-last | auto (the model's default)")->capture_default_str();
-  app.add_option("--recompute", o->recompute, "the partitions recompute activations through weight layer L (0: none, and the recomputing point shown beside recomputes all of partition 1); the non-pipelined peak does not")->capture_default_str();
+  field(Field::seed, "model seed");
+  field(Field::layout, "nchw | channels-last | auto (the model's default)");
+  field(Field::recompute, "the partitions recompute activations through weight layer L (0: none, and the recomputing point shown beside recomputes all of partition 1); the non-pipelined peak does not");
   app.add_option("--json", *json, "also write the report as JSON to this file");
-  return [o, json, ppv, layout]() {
-    o->ppv = partition::parse_ppv(*ppv);
-    o->layout = layout_from_name(*layout);
+  return [o, text, json]() {
+    apply(*text, o->training);
     const auto report = perf::memory_report(*o);
     std::fputs(perf::format_memory_report(report).c_str(), stdout);
     if (!json->empty()) write_file_atomic(*json, perf::to_json(report));

@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "commands.h"
+#include "flags.h"
 #include "stalepipe/api/options_json.h"
 #include "stalepipe/common/device.h"
 #include "stalepipe/common/error.h"
@@ -17,40 +18,45 @@
 namespace stalepipe::cli {
 
 Command add_profile(CLI::App& app) {
-  struct Args {
-    std::string model = "lenet5", json, device = "cpu", pipeline;
-    int64_t channels = 1;
-    partition::ProfileOptions options;
-  };
-  auto a = std::make_shared<Args>();
-  app.add_option("--model", a->model, "lenet5 | alexnet | vgg16 | resnet<6n+2>")->capture_default_str();
-  app.add_option("--batch-size", a->options.batch_size, "mini-batch size")->capture_default_str();
-  app.add_option("--threads", a->options.threads, "intra-op threads while measuring")->capture_default_str();
-  app.add_option("--channels", a->channels, "input channels (1: MNIST-like, 3: CIFAR-10)")->capture_default_str();
-  app.add_option("--warmup", a->options.warmup, "unmeasured runs per unit")->capture_default_str();
-  app.add_option("--repeats", a->options.repeats, "measured runs per unit (the median is shown)")->capture_default_str();
-  app.add_option("--device", a->device, "where to measure: cpu or cuda:N")->capture_default_str();
-  app.add_option("--pipeline", a->pipeline, "also time each partition of this PPV as one block, e.g. 19");
-  app.add_option("--json", a->json, "also write the profile as JSON to this file");
-  return [a]() {
-    const auto devices = devices_from_text(a->device, "--device");
-    SP_CHECK_ARG(devices.size() == 1, "--device ", a->device, ": name one device, e.g. cuda:0");
+  // The model, batch size and PPV are the option tree's; the rest partition::ProfileOptions'
+  // own (threads 1 by default, where the tree's 0 means all cores: a profile times one worker).
+  auto tree = std::make_shared<Options>();
+  auto text = std::make_shared<TrainFlags>();
+  auto channels = std::make_shared<int64_t>(1);
+  auto options = std::make_shared<partition::ProfileOptions>();
+  auto json = std::make_shared<std::string>();
+  auto device = std::make_shared<std::string>("cpu");
+  add_field_flag(app, *tree, *text, Field::model, "lenet5 | alexnet | vgg16 | resnet<6n+2>");
+  add_field_flag(app, *tree, *text, Field::batch_size);
+  add_field_flag(app, *tree, *text, Field::ppv, "also time each partition of this PPV as one block, e.g. 19");
+  app.add_option("--threads", options->threads, "intra-op threads while measuring")->capture_default_str();
+  app.add_option("--channels", *channels, "input channels (1: MNIST-like, 3: CIFAR-10)")->capture_default_str();
+  app.add_option("--warmup", options->warmup, "unmeasured runs per unit")->capture_default_str();
+  app.add_option("--repeats", options->repeats, "measured runs per unit (the median is shown)")->capture_default_str();
+  app.add_option("--device", *device, "where to measure: cpu or cuda:N")->capture_default_str();
+  app.add_option("--json", *json, "also write the profile as JSON to this file");
+  return [tree, text, channels, options, json, device]() {
+    apply(*text, *tree);
+    const auto devices = devices_from_text(*device, "--device");
+    SP_CHECK_ARG(devices.size() == 1, "--device ", *device, ": name one device, e.g. cuda:0");
     check_device(devices.front(), "--device");
-    a->options.device = devices.front();
+    options->device = devices.front();
+    options->batch_size = tree->data().batch_size();
     models::InputShape input;
-    input.channels = a->channels;
-    auto m = models::make_model(a->model, input);
+    input.channels = *channels;
+    auto m = models::make_model(tree->run().model(), input);
     std::optional<partition::Plan> plan;
-    if (!a->pipeline.empty()) plan = partition::make_plan(m, partition::parse_ppv(a->pipeline));
-    auto profile = partition::profile_model(m, a->options);
+    const auto& ppv = tree->pipeline().ppv();
+    if (!ppv.empty()) plan = partition::make_plan(m, ppv);
+    auto profile = partition::profile_model(m, *options);
     std::fputs(partition::format_profile_table(profile).c_str(), stdout);
     if (plan) {
-      profile.partitions = partition::measure_partitions(m, *plan, a->options);
+      profile.partitions = partition::measure_partitions(m, *plan, *options);
       std::printf("--pipeline %s on %s, each partition timed as one block:\n",
-                  partition::format_ppv(plan->ppv).c_str(), a->device.c_str());
+                  partition::format_ppv(plan->ppv).c_str(), device->c_str());
       std::fputs(partition::format_partition_check(profile).c_str(), stdout);
     }
-    if (!a->json.empty()) write_file_atomic(a->json, partition::to_json(profile));
+    if (!json->empty()) write_file_atomic(*json, partition::to_json(profile));
     return 0;
   };
 }

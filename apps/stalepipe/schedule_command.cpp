@@ -3,6 +3,8 @@
 #include <cstdio>
 
 #include "commands.h"
+#include "flags.h"
+#include "stalepipe/api/options.h"
 #include "stalepipe/common/error.h"
 #include "stalepipe/schedule/schedule.h"
 
@@ -20,8 +22,9 @@ Command add_schedule(CLI::App& app) {
   return [partitions, steps, kind, micro]() {
     SP_CHECK_ARG(*partitions >= 1 && *partitions <= 64, "--partitions must be 1..64, got ", *partitions);
     SP_CHECK_ARG(*steps >= 1 && *steps <= 100000, "--steps must be 1..100000, got ", *steps);
-    const auto s = schedule::make_schedule(schedule::schedule_from_name(*kind), *partitions, 0,
-                                           *steps, *micro);
+    const ScheduleKind k = schedule::schedule_from_name(*kind, field_name(Field::schedule));
+    check_micro_batches(*micro, k);
+    const auto s = schedule::make_schedule(k, *partitions, 0, *steps, *micro);
     std::fputs(schedule::format_schedule_table(s).c_str(), stdout);
     const auto stats = schedule::analyze(s);
     std::printf("\nworker\tstaleness d\tactivations in flight\tweight versions\n");

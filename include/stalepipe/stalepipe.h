@@ -15,6 +15,7 @@
 
 #include "stalepipe/api/assemble.h"
 #include "stalepipe/api/options.h"
+#include "stalepipe/api/option_fields.h"
 #include "stalepipe/api/options_json.h"
 #include "stalepipe/api/pipeline_trainer.h"
 #include "stalepipe/common/error.h"

@@ -55,7 +55,7 @@ Assembly plan_pipeline(models::Model& model, const Options& options, bool want_p
   const bool balanced = o.ppv().empty() && o.partitions() > 1;  // one partition: nothing to cut
   // An impossible K fails before the profile does any work.
   if (balanced) partition::balance(model, std::vector<double>(model.units.size(), 1.0), K);
-  const size_t recomputed = partition::units_through_layer(model, o.recompute());
+  const size_t recomputed = partition::units_through_layer(model, o.recompute(), field_name(Field::recompute));
   if (given) {
     a.profile = *given;
   } else if (want_profile || (balanced && o.balance() == Balance::kTime)) {
@@ -66,11 +66,11 @@ Assembly plan_pipeline(models::Model& model, const Options& options, bool want_p
         partition::unit_costs(model, o.balance(), a.profile ? &*a.profile : nullptr, recomputed);
     ppv = partition::balance(model, costs, K);
   }
-  a.plan = partition::make_plan(model, ppv, o.recompute());
+  a.plan = partition::make_plan(model, ppv, o.recompute(), field_name(Field::ppv), field_name(Field::recompute));
   const int partitions = a.plan.num_partitions();
   a.devices = o.devices();
   if (a.devices.empty()) a.devices.assign(partitions, torch::kCPU);
-  SP_CHECK_ARG(static_cast<int>(a.devices.size()) == partitions, "PipelineOptions::devices names ",
+  SP_CHECK_ARG(static_cast<int>(a.devices.size()) == partitions, field_name(Field::devices), " names ",
                a.devices.size(), " device(s) but the pipeline has ", partitions, " partitions");
   a.threads_per_worker.assign(partitions, threads_per_worker(o, partitions));
   return a;
@@ -100,7 +100,7 @@ Assembly assemble(models::Model& model, const Options& options, int64_t steps_pe
     int invariant = 0;
     for (auto* stage : a.pipeline->stages()) invariant += stage->optimizer().scale_invariant_count();
     SP_CHECK_ARG(invariant > 0,
-                 o.fixed_weight_norm() ? "OptimizerOptions::fixed_weight_norm" : "PipelineOptions::hybrid_norm_reset",
+                 field_name(o.fixed_weight_norm() ? Field::fixed_weight_norm : Field::hybrid_norm_reset),
                  ": model ", model.name, " has no bias-free conv or linear layer followed by a batch norm");
   }
   return a;

@@ -20,69 +20,78 @@ const std::pair<Layout, const char*> kLayoutNames[] = {{Layout::kAuto, "auto"},
                                                        {Layout::kChannelsLast, "channels-last"}};
 
 void check_data(const DataOptions& o) {
-  SP_CHECK_ARG(o.batch_size() >= 1, "DataOptions::batch_size must be >= 1, got ", o.batch_size());
-  SP_CHECK_ARG(o.eval_batch_size() >= 1, "DataOptions::eval_batch_size must be >= 1, got ",
+  SP_CHECK_ARG(o.batch_size() >= 1, field_name(Field::batch_size), " must be >= 1, got ", o.batch_size());
+  SP_CHECK_ARG(o.eval_batch_size() >= 1, field_name(Field::eval_batch_size), " must be >= 1, got ",
                o.eval_batch_size());
-  SP_CHECK_ARG(o.train_subset() >= 0, "DataOptions::train_subset must be >= 0, got ", o.train_subset());
-  SP_CHECK_ARG(o.test_subset() >= 0, "DataOptions::test_subset must be >= 0, got ", o.test_subset());
+  SP_CHECK_ARG(o.train_subset() >= 0, field_name(Field::train_subset), " must be >= 0, got ", o.train_subset());
+  SP_CHECK_ARG(o.test_subset() >= 0, field_name(Field::test_subset), " must be >= 0, got ", o.test_subset());
 }
 
 void check_run(const RunOptions& o) {
-  SP_CHECK_ARG(o.model_file().empty() || o.model() == RunOptions().model(), "RunOptions::model_file ",
-               o.model_file(), " and RunOptions::model ", o.model(), " name two models; give only one of them");
-  SP_CHECK_ARG(o.epochs() >= 1, "RunOptions::epochs must be >= 1, got ", o.epochs());
-  SP_CHECK_ARG(o.max_steps() >= 0, "RunOptions::max_steps must be >= 0, got ", o.max_steps());
-  SP_CHECK_ARG(o.stop_at_step() >= 0, "RunOptions::stop_at_step must be >= 0, got ", o.stop_at_step());
-  SP_CHECK_ARG(o.checkpoint_every() >= 0, "RunOptions::checkpoint_every must be >= 0, got ",
+  SP_CHECK_ARG(o.model_file().empty() || o.model() == RunOptions().model(), field_name(Field::model_file), " ",
+               o.model_file(), " and ", field_name(Field::model), " ", o.model(), " name two models; give only one of them");
+  SP_CHECK_ARG(o.epochs() >= 1, field_name(Field::epochs), " must be >= 1, got ", o.epochs());
+  SP_CHECK_ARG(o.max_steps() >= 0, field_name(Field::max_steps), " must be >= 0, got ", o.max_steps());
+  SP_CHECK_ARG(o.stop_at_step() >= 0, field_name(Field::stop_at_step), " must be >= 0, got ", o.stop_at_step());
+  SP_CHECK_ARG(o.checkpoint_every() >= 0, field_name(Field::checkpoint_every), " must be >= 0, got ",
                o.checkpoint_every());
-  SP_CHECK_ARG(o.eval_every() >= 0, "RunOptions::eval_every must be >= 0, got ", o.eval_every());
+  SP_CHECK_ARG(o.eval_every() >= 0, field_name(Field::eval_every), " must be >= 0, got ", o.eval_every());
   for (double target : o.targets()) {
-    SP_CHECK_ARG(target > 0 && target <= 100, "RunOptions::targets must be accuracies in (0, 100] %, got ", target);
+    SP_CHECK_ARG(target > 0 && target <= 100, field_name(Field::targets), " must be accuracies in (0, 100] %, got ", target);
   }
-  SP_CHECK_ARG(o.dropout() >= 0 && o.dropout() < 1, "RunOptions::dropout must be in [0, 1), got ", o.dropout());
-  SP_CHECK_ARG(o.dropout() == 0 || o.model_file().empty(), "RunOptions::dropout places dropout in a zoo network; "
+  SP_CHECK_ARG(o.dropout() >= 0 && o.dropout() < 1, field_name(Field::dropout), " must be in [0, 1), got ", o.dropout());
+  SP_CHECK_ARG(o.dropout() == 0 || o.model_file().empty(), field_name(Field::dropout), " places dropout in a zoo network; "
                "the model file ", o.model_file(), " brings its own");
 }
 
 void check_optimizer(const OptimizerOptions& o) {
-  SP_CHECK_ARG(o.lr() > 0 && std::isfinite(o.lr()), "OptimizerOptions::lr must be a positive number, got ", o.lr());
-  SP_CHECK_ARG(o.momentum() >= 0, "OptimizerOptions::momentum must be >= 0, got ", o.momentum());
-  SP_CHECK_ARG(o.weight_decay() >= 0, "OptimizerOptions::weight_decay must be >= 0, got ", o.weight_decay());
-  SP_CHECK_ARG(o.lr_gamma() > 0, "OptimizerOptions::lr_gamma must be > 0, got ", o.lr_gamma());
-  SP_CHECK_ARG(o.warmup_epochs() >= 0, "OptimizerOptions::warmup_epochs must be >= 0, got ", o.warmup_epochs());
-  SP_CHECK_ARG(o.delay_lr_anneal_epochs() >= 0, "OptimizerOptions::delay_lr_anneal_epochs must be >= 0, got ",
+  SP_CHECK_ARG(o.lr() > 0 && std::isfinite(o.lr()), field_name(Field::lr), " must be a positive number, got ", o.lr());
+  SP_CHECK_ARG(o.momentum() >= 0, field_name(Field::momentum), " must be >= 0, got ", o.momentum());
+  SP_CHECK_ARG(o.weight_decay() >= 0, field_name(Field::weight_decay), " must be >= 0, got ", o.weight_decay());
+  SP_CHECK_ARG(o.lr_gamma() > 0, field_name(Field::lr_gamma), " must be > 0, got ", o.lr_gamma());
+  SP_CHECK_ARG(o.warmup_epochs() >= 0, field_name(Field::warmup_epochs), " must be >= 0, got ", o.warmup_epochs());
+  SP_CHECK_ARG(o.delay_lr_anneal_epochs() >= 0, field_name(Field::delay_lr_anneal_epochs), " must be >= 0, got ",
                o.delay_lr_anneal_epochs());
   SP_CHECK_ARG(o.delay_aware_lr() || o.delay_lr_anneal_epochs() == 0,
-               "OptimizerOptions::delay_lr_anneal_epochs needs delay_aware_lr");
+               field_name(Field::delay_lr_anneal_epochs), " needs delay_aware_lr");
   SP_CHECK_ARG(!o.weight_prediction() || o.momentum() > 0,
-               "OptimizerOptions::weight_prediction extrapolates along the momentum; it needs momentum > 0");
+               field_name(Field::weight_prediction), " extrapolates along the momentum; it needs momentum > 0");
+  SP_CHECK_ARG(!o.spike_compensation() || (!o.nesterov() && o.momentum() < 1), field_name(Field::spike_compensation),
+               " needs plain momentum below 1 (not nesterov), got momentum ", o.momentum(),
+               o.nesterov() ? " with nesterov" : "");
+  const auto& milestones = o.lr_milestones();
+  for (size_t i = 0; i < milestones.size(); ++i) {
+    SP_CHECK_ARG(milestones[i] > 0 && (i == 0 || milestones[i] > milestones[i - 1]), field_name(Field::lr_milestones),
+                 " must be increasing positive epochs, got ", milestones[i], i == 0 ? "" : " after ",
+                 i == 0 ? std::string() : std::to_string(milestones[i - 1]));
+  }
 }
 
 void check_pipeline(const PipelineOptions& o, int64_t batch_size) {
   const bool hybrid = o.schedule() == ScheduleKind::kHybrid;
-  SP_CHECK_ARG(o.partitions() >= 0, "PipelineOptions::partitions must be >= 0, got ", o.partitions());
+  SP_CHECK_ARG(o.partitions() >= 0, field_name(Field::partitions), " must be >= 0, got ", o.partitions());
   // A balanced run's config.json holds both, the PPV it chose and K.
   SP_CHECK_ARG(o.partitions() == 0 || o.ppv().empty() || static_cast<int>(o.ppv().size()) + 1 == o.partitions(),
-               "PipelineOptions::partitions ", o.partitions(), " and ppv ", partition::format_ppv(o.ppv()),
+               field_name(Field::partitions), " ", o.partitions(), " and ppv ", partition::format_ppv(o.ppv()),
                " disagree; give only one of them");
-  SP_CHECK_ARG(o.profile_batch() >= 0, "PipelineOptions::profile_batch must be >= 0, got ", o.profile_batch());
-  SP_CHECK_ARG(o.micro_batches() >= 1, "PipelineOptions::micro_batches must be >= 1, got ", o.micro_batches());
+  SP_CHECK_ARG(o.profile_batch() >= 0, field_name(Field::profile_batch), " must be >= 0, got ", o.profile_batch());
+  SP_CHECK_ARG(o.micro_batches() >= 1, field_name(Field::micro_batches), " must be >= 1, got ", o.micro_batches());
   SP_CHECK_ARG(o.micro_batches() == 1 || o.schedule() == ScheduleKind::kGPipe,
-               "PipelineOptions::micro_batches ", o.micro_batches(), " applies to schedule gpipe only, not ",
+               field_name(Field::micro_batches), " ", o.micro_batches(), " applies to schedule gpipe only, not ",
                schedule::to_string(o.schedule()));
-  SP_CHECK_ARG(o.micro_batches() <= batch_size, "PipelineOptions::micro_batches ", o.micro_batches(),
+  SP_CHECK_ARG(o.micro_batches() <= batch_size, field_name(Field::micro_batches), " ", o.micro_batches(),
                ": more micro-batches than the batch size of ", batch_size);
   SP_CHECK_ARG(!hybrid || o.hybrid_switch().set(),
-               "PipelineOptions::schedule hybrid needs hybrid_switch (epochs, or steps)");
-  SP_CHECK_ARG(hybrid || !o.hybrid_switch().set(), "PipelineOptions::hybrid_switch needs schedule hybrid");
-  SP_CHECK_ARG(hybrid || !o.hybrid_norm_reset(), "PipelineOptions::hybrid_norm_reset needs schedule hybrid");
-  SP_CHECK_ARG(o.threads() >= 0, "PipelineOptions::threads must be >= 0, got ", o.threads());
-  SP_CHECK_ARG(o.threads_per_worker() >= 0, "PipelineOptions::threads_per_worker must be >= 0, got ",
+               field_name(Field::schedule), " hybrid needs hybrid_switch (epochs, or steps)");
+  SP_CHECK_ARG(hybrid || !o.hybrid_switch().set(), field_name(Field::hybrid_switch), " needs schedule hybrid");
+  SP_CHECK_ARG(hybrid || !o.hybrid_norm_reset(), field_name(Field::hybrid_norm_reset), " needs schedule hybrid");
+  SP_CHECK_ARG(o.threads() >= 0, field_name(Field::threads), " must be >= 0, got ", o.threads());
+  SP_CHECK_ARG(o.threads_per_worker() >= 0, field_name(Field::threads_per_worker), " must be >= 0, got ",
                o.threads_per_worker());
-  SP_CHECK_ARG(o.recompute() >= 0, "PipelineOptions::recompute must be a weight layer (>= 0; 0: none), got ",
+  SP_CHECK_ARG(o.recompute() >= 0, field_name(Field::recompute), " must be a weight layer (>= 0; 0: none), got ",
                o.recompute());
-  SP_CHECK_ARG(o.segment_steps() >= 1, "PipelineOptions::segment_steps must be >= 1, got ", o.segment_steps());
-  for (const auto& d : o.devices()) check_device(d, "PipelineOptions::devices");
+  SP_CHECK_ARG(o.segment_steps() >= 1, field_name(Field::segment_steps), " must be >= 1, got ", o.segment_steps());
+  for (const auto& d : o.devices()) check_device(d, field_name(Field::devices));
 }
 
 }  // namespace

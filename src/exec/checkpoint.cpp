@@ -95,8 +95,7 @@ CheckpointInfo load_checkpoint_shard(const CheckpointManifest& m, Stage& stage, 
 CheckpointInfo load_checkpoint(const std::string& run_dir,
                                const std::vector<Stage*>& stages) {
   const std::string path = manifest_path(run_dir);
-  SP_CHECK(fs::exists(path), path, ": no checkpoint manifest (was the run started with RunOptions::out ",
-           run_dir, "?)");
+  SP_CHECK(fs::exists(path), path, ": no checkpoint manifest (is ", run_dir, " the directory of a run that checkpointed?)");
   const CheckpointManifest m = read_checkpoint_manifest(path);
   const int K = static_cast<int>(stages.size());
   for (int k = 0; k < K; ++k) load_checkpoint_shard(m, *stages[k], k, K);

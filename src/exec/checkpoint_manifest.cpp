@@ -144,7 +144,7 @@ CheckpointManifest read_checkpoint_manifest(const std::string& path) {
 CheckpointInfo read_checkpoint_info(const std::string& run_dir) {
   const auto manifests = checkpoint_manifests(run_dir);
   SP_CHECK(!manifests.empty(), manifest_path(run_dir),
-           ": no checkpoint manifest (was the run started with RunOptions::out ", run_dir, "?)");
+           ": no checkpoint manifest (is ", run_dir, " the directory of a run that checkpointed?)");
   std::string faults;
   for (const auto& path : manifests) {
     try {

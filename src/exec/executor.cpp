@@ -21,7 +21,7 @@ int64_t default_read_losses_every(const torch::Device& device) { return device.i
 
 std::unique_ptr<Executor> make_executor(ExecutorKind kind) {
   SP_CHECK_ARG(kind != ExecutorKind::kProcesses,
-               "PipelineOptions::executor processes runs one partition per process: it needs a "
+               "the processes executor runs one partition per process: it needs a "
                "process group (exec/processes.h, make_processes_executor)");
   if (kind == ExecutorKind::kEmulated) return std::make_unique<EmulatedExecutor>();
   return std::make_unique<ThreadsExecutor>();

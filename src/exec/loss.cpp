@@ -32,7 +32,7 @@ LossFn by_name(const std::string& name) {
   }
   std::string names;
   for (const std::string& n : loss_names()) names += (names.empty() ? "" : ", ") + n;
-  throw UsageError(c10::str("OptimizerOptions::loss '", name, "' is not a loss stalepipe knows by name; expected ",
+  throw UsageError(c10::str("'", name, "' is not a loss stalepipe knows by name; expected ",
                             names, " (or set a function)"));
 }
 
@@ -46,7 +46,7 @@ Loss::Loss() : Loss("cross-entropy") {}
 Loss::Loss(const char* name) : Loss(std::string(name)) {}
 Loss::Loss(const std::string& name) : fn_(by_name(name)), name_(name) {}
 Loss::Loss(LossFn fn, std::string name) : fn_(std::move(fn)), name_(std::move(name)) {
-  SP_CHECK_ARG(fn_, "OptimizerOptions::loss: the loss function ", name_, " is empty");
+  SP_CHECK_ARG(fn_, "loss: the loss function ", name_, " is empty");
 }
 
 std::vector<std::string> loss_names() {

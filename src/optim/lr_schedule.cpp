@@ -19,13 +19,13 @@ std::string to_string(LrScheduleKind kind) { return name_of(kLrScheduleNames, ki
 
 LrSchedule::LrSchedule(LrScheduleOptions options) : options_(std::move(options)) {
   SP_CHECK_ARG(options_.base_lr > 0 && std::isfinite(options_.base_lr),
-               "OptimizerOptions::lr must be a positive number, got ", options_.base_lr);
-  SP_CHECK_ARG(options_.warmup_epochs >= 0, "OptimizerOptions::warmup_epochs must be >= 0, got ",
+               "lr schedule: base_lr must be a positive number, got ", options_.base_lr);
+  SP_CHECK_ARG(options_.warmup_epochs >= 0, "lr schedule: warmup_epochs must be >= 0, got ",
                options_.warmup_epochs);
-  SP_CHECK_ARG(options_.gamma > 0, "OptimizerOptions::lr_gamma must be > 0, got ", options_.gamma);
+  SP_CHECK_ARG(options_.gamma > 0, "lr schedule: gamma must be > 0, got ", options_.gamma);
   for (size_t i = 0; i < options_.milestones.size(); ++i) {
     SP_CHECK_ARG(options_.milestones[i] > 0 && (i == 0 || options_.milestones[i] > options_.milestones[i - 1]),
-                 "OptimizerOptions::lr_milestones must be increasing positive epochs");
+                 "lr schedule: milestones must be increasing positive epochs");
   }
   warmup_steps_ = static_cast<int64_t>(std::llround(options_.warmup_epochs *
                                                     static_cast<double>(options_.steps_per_epoch)));

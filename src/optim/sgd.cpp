@@ -12,13 +12,13 @@ Sgd::Sgd(std::vector<torch::Tensor> params, SgdOptions options,
          const std::vector<torch::Tensor>& scale_invariant)
     : params_(std::move(params)), momentum_buffers_(params_.size()),
       initial_norms_(params_.size()), options_(options) {
-  SP_CHECK_ARG(options.momentum() >= 0, "OptimizerOptions::momentum must be >= 0, got ", options.momentum());
-  SP_CHECK_ARG(options.weight_decay() >= 0, "OptimizerOptions::weight_decay must be >= 0, got ",
+  SP_CHECK_ARG(options.momentum() >= 0, "sgd: momentum must be >= 0, got ", options.momentum());
+  SP_CHECK_ARG(options.weight_decay() >= 0, "sgd: weight_decay must be >= 0, got ",
                options.weight_decay());
   SP_CHECK_ARG(!options.spike_compensation() || (!options.nesterov() && options.momentum() < 1),
-               "OptimizerOptions::spike_compensation needs plain momentum below 1 (not nesterov), got momentum ",
+               "sgd: spike_compensation needs plain momentum below 1 (not nesterov), got momentum ",
                options.momentum());
-  SP_CHECK_ARG(options.delay_lr_anneal_steps() >= 0, "OptimizerOptions::delay_lr_anneal_epochs must be >= 0 (SgdOptions::delay_lr_anneal_steps), got ",
+  SP_CHECK_ARG(options.delay_lr_anneal_steps() >= 0, "sgd: delay_lr_anneal_steps must be >= 0, got ",
                options.delay_lr_anneal_steps());
   torch::NoGradGuard no_grad;
   for (size_t i = 0; i < params_.size(); ++i) {

@@ -27,7 +27,7 @@ std::vector<int> balance(const models::Model& model, const std::vector<double>& 
   }
   const std::vector<int> layers = model.cut_layers();
   const int M = static_cast<int>(layers.size());
-  SP_CHECK_ARG(partitions >= 1, "PipelineOptions::partitions must be >= 1, got ", partitions);
+  SP_CHECK_ARG(partitions >= 1, "balance: partitions must be >= 1, got ", partitions);
   SP_CHECK_ARG(partitions <= M + 1, "model ", model.name, " allows at most ", M + 1,
                " partitions (", M, " register positions), asked for ", partitions);
   if (partitions == 1) return {};

@@ -8,7 +8,7 @@
 
 namespace stalepipe::partition {
 
-std::vector<int> parse_ppv(const std::string& text) {
+std::vector<int> parse_ppv(const std::string& text, const std::string& what) {
   std::vector<int> ppv;
   if (text.empty() || text == "none") return ppv;
   std::stringstream in(text);
@@ -21,7 +21,7 @@ std::vector<int> parse_ppv(const std::string& text) {
     } catch (const std::exception&) {
       used = 0;
     }
-    SP_CHECK_ARG(used == item.size() && !item.empty(), "PipelineOptions::ppv ", text, ": '", item,
+    SP_CHECK_ARG(used == item.size() && !item.empty(), what, " ", text, ": '", item,
                  "' is not a layer number; expected a comma-separated list such as 7,13");
     ppv.push_back(value);
   }
@@ -58,10 +58,10 @@ std::string unit_holding(const models::Model& model, int layer) {
 
 }  // namespace
 
-size_t units_through_layer(const models::Model& model, int layer) {
+size_t units_through_layer(const models::Model& model, int layer, const std::string& what) {
   if (layer == 0) return 0;
   const int layers = model.num_weight_layers();
-  const std::string where = c10::str("PipelineOptions::recompute ", layer, ": model ", model.name);
+  const std::string where = c10::str(what, " ", layer, ": model ", model.name);
   SP_CHECK_ARG(layer >= 1 && layer <= layers, where, " has ", layers,
                " weight layers; recomputation may end after layer ", format_cut_layers(model));
   const int unit = model.unit_ending_at_layer(layer);
@@ -75,12 +75,13 @@ size_t Plan::recomputed_units(int k) const {
   return recompute_units <= begin ? 0 : std::min(recompute_units, end) - begin;
 }
 
-Plan make_plan(const models::Model& model, const std::vector<int>& ppv, int recompute_layer) {
-  const std::string where = "PipelineOptions::ppv " + format_ppv(ppv) + ": model " + model.name;
+Plan make_plan(const models::Model& model, const std::vector<int>& ppv, int recompute_layer,
+               const std::string& ppv_name, const std::string& recompute_name) {
+  const std::string where = ppv_name + " " + format_ppv(ppv) + ": model " + model.name;
   const int layers = model.num_weight_layers();
   Plan plan;
   plan.ppv = ppv;
-  plan.recompute_units = units_through_layer(model, recompute_layer);
+  plan.recompute_units = units_through_layer(model, recompute_layer, recompute_name);
   size_t first = 0;
   for (size_t i = 0; i < ppv.size(); ++i) {
     const int layer = ppv[i];

@@ -41,14 +41,13 @@ double now_seconds() {
 // could, so the learning rate is modest.
 constexpr double kLr = 0.01;
 
-// The option tree of every configuration: the library's defaults but for a constant lr.
+// The option tree of every configuration: the measured run's, cut into `partitions` (by
+// `ppv` where given), with a constant lr.
 Options bench_options(const BenchOptions& o, const std::vector<int>& ppv, int partitions) {
-  Options x;
-  x.data().batch_size(o.batch_size());
-  x.pipeline().ppv(ppv).partitions(ppv.empty() ? partitions : 0).balance(o.balance()).threads(o.threads());
-  x.pipeline().layout(o.layout()).recompute(ppv.empty() && partitions <= 1 ? 0 : o.recompute());
+  Options x = o.training();
+  x.pipeline().ppv(ppv).partitions(ppv.empty() ? partitions : 0);
+  if (ppv.empty() && partitions <= 1) x.pipeline().recompute(0);  // the baselines train plainly
   x.optimizer().lr(kLr).lr_schedule(LrScheduleKind::kConstant);
-  x.run().model(o.model()).seed(o.seed());  // the model names the layout kAuto stands for
   return x;
 }
 
@@ -70,8 +69,8 @@ struct Rig {
 };
 
 Rig build_rig(const Setup& setup, const std::vector<int>& ppv) {
-  torch::manual_seed(setup.options.seed());
-  Rig rig{models::make_model(setup.options.model(), setup.input), nullptr};
+  torch::manual_seed(setup.options.training().run().seed());
+  Rig rig{models::make_model(setup.options.training().run().model(), setup.input), nullptr};
   rig.pipeline = assemble(rig.model, bench_options(setup.options, ppv, 0)).pipeline;
   return rig;
 }
@@ -93,7 +92,7 @@ RunOutcome run_rig(const Setup& setup, Rig& rig, const std::vector<int>& ppv,
   context.on_step = [&](int64_t t, const exec::StepLoss& s) {
     completions.push_back(now_seconds());
     last_loss = s.loss;
-    SP_CHECK(std::isfinite(s.loss), "bench ", o.model(), " (", executor_name, ", PPV ",
+    SP_CHECK(std::isfinite(s.loss), "bench ", o.training().run().model(), " (", executor_name, ", PPV ",
              partition::format_ppv(ppv), "): loss is not finite at mini-batch ", t);
   };
   context.threads_per_worker.assign(K, threads_per_worker);
@@ -112,8 +111,8 @@ RunOutcome run_rig(const Setup& setup, Rig& rig, const std::vector<int>& ppv,
   m.partitions = K;
   m.threads_per_worker = context.threads_per_worker;
   m.steps = o.steps();
-  m.images_per_second = steady_images_per_second(completions, K, o.batch_size());
-  m.segment_images_per_second = static_cast<double>(o.steps() * o.batch_size()) / seconds;
+  m.images_per_second = steady_images_per_second(completions, K, o.training().data().batch_size());
+  m.segment_images_per_second = static_cast<double>(o.steps() * o.training().data().batch_size()) / seconds;
   m.final_loss = last_loss;
   out.parameters = pipeline.parameters();
   return out;
@@ -162,13 +161,17 @@ Measurement measure_side_by_side(const Setup& setup, int workers, int threads_ea
   return total;
 }
 
+// The tree's fields through check_options (a given ppv overrides partitions), then bench's own.
 void check_options(const BenchOptions& o, int K) {
-  SP_CHECK_ARG(o.batch_size() >= 1, "BenchOptions::batch_size must be >= 1, got ", o.batch_size());
+  const PipelineOptions& p = o.training().pipeline();
+  SP_CHECK_ARG(!p.ppv().empty() || (p.partitions() >= 1 && p.partitions() <= 64), field_name(Field::partitions),
+               " must be 1..64, got ", p.partitions());
+  stalepipe::check_options(bench_options(o, p.ppv(), K));
   SP_CHECK_ARG(o.channels() >= 1 && o.channels() <= 64, "BenchOptions::channels must be 1..64, got ", o.channels());
   SP_CHECK_ARG(o.warmup_steps() >= 0, "BenchOptions::warmup_steps must be >= 0, got ", o.warmup_steps());
-  SP_CHECK_ARG(o.threads() >= 0, "BenchOptions::threads must be >= 0, got ", o.threads());
   SP_CHECK_ARG(o.rounds() >= 1 && o.rounds() <= 100, "BenchOptions::rounds must be 1..100, got ", o.rounds());
-  SP_CHECK_ARG(K >= 2, "bench measures a pipeline of 2 or more partitions: give BenchOptions::partitions >= 2 or a BenchOptions::ppv with at least one register");
+  SP_CHECK_ARG(K >= 2, "bench measures a pipeline of 2 or more partitions: give ", field_name(Field::partitions),
+               " >= 2 or a ", field_name(Field::ppv), " with at least one register");
   SP_CHECK_ARG(o.steps() >= 4 * K + 2 && o.steps() <= 100000, "BenchOptions::steps ", o.steps(),
                ": a ", K, "-partition pipeline needs 4K+2 = ", 4 * K + 2,
                " to 100000 measured steps (fill and drain are cut from the steady state)");
@@ -177,16 +180,16 @@ void check_options(const BenchOptions& o, int K) {
 // Profiles the model (the same cut as train: api/assemble.h) and fills in the predictions:
 // per-partition times, the bound and the simulated rate. Returns the PPV.
 std::vector<int> predict(BenchReport& report, models::Model& model, const BenchOptions& o, int K) {
-  const Assembly cut = plan_pipeline(model, bench_options(o, o.ppv(), K), /*want_profile=*/true);
+  const Assembly cut = plan_pipeline(model, bench_options(o, o.training().pipeline().ppv(), K), /*want_profile=*/true);
   report.ppv = partition::format_ppv(cut.plan.ppv);
-  report.layout = to_string(resolved_layout(bench_options(o, o.ppv(), K)));
+  report.layout = to_string(resolved_layout(bench_options(o, o.training().pipeline().ppv(), K)));
   const auto costs = sim::partition_costs(*cut.profile, cut.plan);
   for (int k = 0; k < K; ++k) {
     report.partition_ms.push_back(1e3 * (costs.forward_seconds[k] + costs.backward_seconds[k]));
   }
-  report.rates.bound = pipeline_bound(costs, o.batch_size());
+  report.rates.bound = pipeline_bound(costs, o.training().data().batch_size());
   sim::SimulateOptions so;
-  so.batch_size = o.batch_size();
+  so.batch_size = o.training().data().batch_size();
   report.rates.simulated =
       sim::simulate(schedule::make_schedule(schedule::ScheduleKind::kStale, K, 0, o.steps()), costs, so)
           .steady_images_per_second;
@@ -198,13 +201,13 @@ std::vector<int> predict(BenchReport& report, models::Model& model, const BenchO
 std::vector<exec::Input> synthetic_batches(const BenchOptions& o) {
   const int64_t kBatches = 4;
   const auto split = data::make_synthetic(data::SyntheticOptions()
-                                              .train_size(kBatches * o.batch_size())
+                                              .train_size(kBatches * o.training().data().batch_size())
                                               .test_size(1)
                                               .channels(o.channels())
-                                              .seed(o.seed()));
+                                              .seed(o.training().run().seed()));
   data::Loader loader(split.train, data::LoaderOptions()
-                                       .batch_size(o.batch_size())
-                                       .seed(o.seed())
+                                       .batch_size(o.training().data().batch_size())
+                                       .seed(o.training().run().seed())
                                        .pad_to(32)
                                        .normalization(data::compute_normalization(split.train)));
   std::vector<exec::Input> batches;
@@ -355,17 +358,18 @@ double steady_images_per_second(const std::vector<double>& t, int partitions, in
   return static_cast<double>(batch_size * (last - first)) / span;
 }
 
+BenchOptions::BenchOptions() { training_.pipeline().partitions(2); }
+
 BenchReport run_bench(const BenchOptions& o, const std::function<void(const std::string&)>& log) {
   auto say = [&](const std::string& line) {
     if (log) log(line);
   };
   BenchReport report;
   report.options = o;
-  SP_CHECK_ARG(o.partitions() >= 1 && o.partitions() <= 64, "BenchOptions::partitions must be 1..64, got ",
-               o.partitions());
-  const int K = o.ppv().empty() ? o.partitions() : static_cast<int>(o.ppv().size()) + 1;
+  const PipelineOptions& p = o.training().pipeline();
+  const int K = p.ppv().empty() ? p.partitions() : static_cast<int>(p.ppv().size()) + 1;
   check_options(o, K);
-  const int T = resolved_threads(PipelineOptions().threads(o.threads()));
+  const int T = resolved_threads(p);
   const int per_worker = std::max(1, T / K);
   report.partitions = K;
   report.threads = T;
@@ -374,9 +378,9 @@ BenchReport run_bench(const BenchOptions& o, const std::function<void(const std:
   Setup setup{o, {}, {}};
   setup.input.channels = o.channels();
   // Cheap checks first: the model name and PPV, before any profile or data.
-  auto model = models::make_model(o.model(), setup.input);
-  if (!o.ppv().empty()) partition::make_plan(model, o.ppv());
-  say(c10::str("profiling ", o.model(), " at batch ", o.batch_size(), " with ", per_worker,
+  auto model = models::make_model(o.training().run().model(), setup.input);
+  if (!p.ppv().empty()) partition::make_plan(model, p.ppv(), 0, field_name(Field::ppv));
+  say(c10::str("profiling ", o.training().run().model(), " at batch ", o.training().data().batch_size(), " with ", per_worker,
                " thread(s) per unit"));
   const std::vector<int> ppv = predict(report, model, o, K);
   setup.batches = synthetic_batches(o);

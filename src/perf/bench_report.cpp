@@ -12,10 +12,11 @@ namespace stalepipe::perf {
 
 std::string format_bench_report(const BenchReport& r) {
   const auto& o = r.options;
-  std::string s = c10::str("bench ", o.model(), ": batch ", o.batch_size(), ", ", o.channels(),
-                           " channel(s), ", r.layout, ", PPV ", r.ppv, " (", r.partitions, " partitions",
-                           o.ppv().empty() ? c10::str(", balanced by ", partition::to_string(o.balance())) : std::string(),
-                           o.recompute() > 0 ? c10::str(", recomputing through layer ", o.recompute()) : std::string(),
+  const PipelineOptions& p = o.training().pipeline();
+  std::string s = c10::str("bench ", o.training().run().model(), ": batch ", o.training().data().batch_size(), ", ",
+                           o.channels(), " channel(s), ", r.layout, ", PPV ", r.ppv, " (", r.partitions, " partitions",
+                           p.ppv().empty() ? c10::str(", balanced by ", partition::to_string(p.balance())) : std::string(),
+                           p.recompute() > 0 ? c10::str(", recomputing through layer ", p.recompute()) : std::string(),
                            "), ", r.threads, " cores, ", o.warmup_steps(), " warm-up + ", o.steps(),
                            " measured steps",
                            o.rounds() > 1 ? c10::str(", medians of ", o.rounds(), " alternated rounds")
@@ -78,21 +79,21 @@ std::string format_bench_report(const BenchReport& r) {
 std::string to_json(const BenchReport& r) {
   const auto& o = r.options;
   nlohmann::json j;
-  j["model"] = o.model();
-  j["batch_size"] = o.batch_size();
+  j["model"] = o.training().run().model();
+  j["batch_size"] = o.training().data().batch_size();
   j["channels"] = o.channels();
   j["ppv"] = r.ppv;
   j["layout"] = r.layout;
-  j["recompute"] = o.recompute();
-  j["pipeline_given"] = !o.ppv().empty();
-  j["balance"] = partition::to_string(o.balance());
+  j["recompute"] = o.training().pipeline().recompute();
+  j["pipeline_given"] = !o.training().pipeline().ppv().empty();
+  j["balance"] = partition::to_string(o.training().pipeline().balance());
   j["partitions"] = r.partitions;
   j["threads"] = r.threads;
   j["threads_per_worker"] = r.threads_per_worker;
   j["warmup_steps"] = o.warmup_steps();
   j["steps"] = o.steps();
   j["rounds"] = o.rounds();
-  j["seed"] = o.seed();
+  j["seed"] = o.training().run().seed();
   j["partition_ms"] = r.partition_ms;
   j["executors_agree"] = r.executors_agree;
   j["rates"] = {{"one_thread", r.rates.one_thread},

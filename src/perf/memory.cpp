@@ -62,8 +62,8 @@ models::InputShape input_shape(const MemoryOptions& o) {
 // Shape of each partition's input for one sample (a no-grad forward of a 1-sample batch).
 std::vector<std::vector<int64_t>> partition_input_shapes(const MemoryOptions& o,
                                                          const std::vector<int>& ppv) {
-  torch::manual_seed(o.seed);
-  auto model = models::make_model(o.model, input_shape(o));
+  torch::manual_seed(o.training.run().seed());
+  auto model = models::make_model(o.training.run().model(), input_shape(o));
   const auto plan = partition::make_plan(model, ppv);
   torch::NoGradGuard no_grad;
   torch::Tensor x = torch::zeros({1, o.channels, 32, 32});
@@ -84,7 +84,7 @@ std::vector<int64_t> with_batch(std::vector<int64_t> shape, int64_t batch) {
 }
 
 torch::MemoryFormat memory_format(const MemoryOptions& o) {
-  return resolved_layout(o.layout, o.model) == Layout::kChannelsLast ? torch::MemoryFormat::ChannelsLast
+  return resolved_layout(o.training.pipeline().layout(), o.training.run().model()) == Layout::kChannelsLast ? torch::MemoryFormat::ChannelsLast
                                                                      : torch::MemoryFormat::Contiguous;
 }
 
@@ -146,7 +146,7 @@ MemoryTable predict_memory(const std::vector<int64_t>& activation_bytes,
 }
 
 std::vector<int64_t> measure_partition_peaks(const MemoryOptions& o, const std::vector<int>& ppv) {
-  SP_CHECK_ARG(o.batch_size >= 1, "MemoryOptions::batch_size must be >= 1, got ", o.batch_size);
+  SP_CHECK_ARG(o.training.data().batch_size() >= 1, field_name(Field::batch_size), " must be >= 1, got ", o.training.data().batch_size());
   SP_CHECK_ARG(o.channels >= 1 && o.channels <= 64, "MemoryOptions::channels must be 1..64, got ", o.channels);
   const auto shapes = partition_input_shapes(o, ppv);
   const int K = static_cast<int>(ppv.size()) + 1;
@@ -161,23 +161,23 @@ std::vector<int64_t> measure_partition_peaks(const MemoryOptions& o, const std::
     auto counter = std::make_shared<AllocationCounter>();
     {
       c10::DebugInfoGuard guard(c10::DebugInfoKind::PROFILER_STATE, counter);
-      torch::manual_seed(o.seed);
+      torch::manual_seed(o.training.run().seed());
       std::unique_ptr<exec::Stage> stage;
       {
         // Build inside the scope so the weights count; the other partitions' units are freed
         // with the model at the end of this block.
-        auto model = models::make_model(o.model, input_shape(o));
-        const auto plan = partition::make_plan(model, ppv, o.recompute);
+        auto model = models::make_model(o.training.run().model(), input_shape(o));
+        const auto plan = partition::make_plan(model, ppv, o.training.pipeline().recompute(), field_name(Field::ppv), field_name(Field::recompute));
         torch::nn::Sequential seq;
         for (size_t u = plan.unit_ranges[k].first; u < plan.unit_ranges[k].second; ++u) {
           seq->push_back(model.units[u].name, model.units[u].module);
         }
         stage = std::make_unique<exec::Stage>(k, K, seq, torch::kCPU, sgd_options(OptimizerOptions(), 0),
-                                              exec::Objective{}, o.seed, format, plan.recomputed_units(k));
+                                              exec::Objective{}, o.training.run().seed(), format, plan.recomputed_units(k));
       }
       stage->begin_segment(schedule, [](int64_t) { return 0.01; });
-      const auto in_shape = with_batch(shapes[k], o.batch_size);
-      const auto out_shape = with_batch(shapes[k + 1], o.batch_size);
+      const auto in_shape = with_batch(shapes[k], o.training.data().batch_size());
+      const auto out_shape = with_batch(shapes[k + 1], o.training.data().batch_size());
       for (const auto& op : schedule.worker_ops[k]) {
         switch (op.kind) {
           case schedule::OpKind::kForward: {
@@ -185,7 +185,7 @@ std::vector<int64_t> measure_partition_peaks(const MemoryOptions& o, const std::
             const torch::Tensor x = torch::randn(in_shape, torch::TensorOptions().memory_format(
                                                                k == 0 ? torch::MemoryFormat::Contiguous : format));
             if (stage->is_last()) {
-              stage->forward_loss(op.step, x, torch::randint(0, 10, {o.batch_size}, torch::kLong));
+              stage->forward_loss(op.step, x, torch::randint(0, 10, {o.training.data().batch_size()}, torch::kLong));
             } else {
               stage->forward(op.step, x);
             }
@@ -213,33 +213,33 @@ std::vector<int64_t> measure_partition_peaks(const MemoryOptions& o, const std::
 MemoryReport memory_report(const MemoryOptions& o) {
   MemoryReport r;
   r.options = o;
-  const auto& ppv = o.ppv;
-  SP_CHECK_ARG(!ppv.empty(), "MemoryOptions::ppv: the memory table compares a pipeline with non-pipelined "
+  const auto& ppv = o.training.pipeline().ppv();
+  SP_CHECK_ARG(!ppv.empty(), field_name(Field::ppv), ": the memory table compares a pipeline with non-pipelined "
                "training; give at least one register, e.g. 2");
-  SP_CHECK_ARG(o.batch_size >= 1, "MemoryOptions::batch_size must be >= 1, got ", o.batch_size);
+  SP_CHECK_ARG(o.training.data().batch_size() >= 1, field_name(Field::batch_size), " must be >= 1, got ", o.training.data().batch_size());
   SP_CHECK_ARG(o.channels >= 1 && o.channels <= 64, "MemoryOptions::channels must be 1..64, got ", o.channels);
-  torch::manual_seed(o.seed);
-  auto model = models::make_model(o.model, input_shape(o));
+  torch::manual_seed(o.training.run().seed());
+  auto model = models::make_model(o.training.run().model(), input_shape(o));
   for (auto& unit : model.units) {  // profile_model keeps the weights' layout
     models::to_memory_format(*unit.module.ptr(), memory_format(o));
   }
-  const auto plan = partition::make_plan(model, ppv, o.recompute);
+  const auto plan = partition::make_plan(model, ppv, o.training.pipeline().recompute(), field_name(Field::ppv), field_name(Field::recompute));
   const int K = plan.num_partitions();
 
   // Only the kept bytes are needed: one unmeasured-time run per unit.
   partition::ProfileOptions p;
-  p.batch_size = o.batch_size;
+  p.batch_size = o.training.data().batch_size();
   p.threads = 1;
   p.warmup = 0;
   p.repeats = 1;
   p.memory_format = memory_format(o);
-  r.layout = to_string(resolved_layout(o.layout, o.model));
+  r.layout = to_string(resolved_layout(o.training.pipeline().layout(), o.training.run().model()));
   const auto costs = sim::partition_costs(partition::profile_model(model, p), plan);
   const auto stats = schedule::analyze(schedule::make_schedule(schedule::ScheduleKind::kStale, K, 0, 4 * K + 4));
   std::vector<int> in_flight;
   for (const auto& w : stats.workers) in_flight.push_back(w.max_in_flight);
   r.predicted = predict_memory(costs.activation_bytes, costs.parameter_bytes, in_flight,
-                               /*momentum=*/true, o.batch_size, costs.recomputed_bytes);
+                               /*momentum=*/true, o.training.data().batch_size(), costs.recomputed_bytes);
 
   const auto peaks = measure_partition_peaks(o, ppv);
   int64_t sum = 0;
@@ -248,14 +248,15 @@ MemoryReport memory_report(const MemoryOptions& o) {
     sum += peaks[k];
   }
   // The other operating point: without recomputation when it recomputes, and the reverse.
+  const int recompute = o.training.pipeline().recompute();
   MemoryOptions other = o;
-  other.recompute = o.recompute > 0 ? 0 : ppv.front();
+  other.training.pipeline().recompute(recompute > 0 ? 0 : ppv.front());
   const int64_t other_sum = sum_of(measure_partition_peaks(other, ppv));
-  r.recompute_layer = o.recompute > 0 ? o.recompute : other.recompute;
-  r.measured_stale_bytes = o.recompute > 0 ? other_sum : sum;
-  r.measured_recompute_bytes = o.recompute > 0 ? sum : other_sum;
+  r.recompute_layer = recompute > 0 ? recompute : other.training.pipeline().recompute();
+  r.measured_stale_bytes = recompute > 0 ? other_sum : sum;
+  r.measured_recompute_bytes = recompute > 0 ? sum : other_sum;
   MemoryOptions plain = o;  // the baseline: non-pipelined training as it is usually done
-  plain.recompute = 0;
+  plain.training.pipeline().recompute(0);
   r.measured_non_pipelined_bytes = measure_partition_peaks(plain, {})[0];
   r.measured_scheme_added_bytes = sum - r.measured_non_pipelined_bytes;
   r.measured_peak_ratio = static_cast<double>(sum) / static_cast<double>(r.measured_non_pipelined_bytes);
@@ -273,8 +274,8 @@ MemoryReport memory_report(const MemoryOptions& o) {
 std::string format_memory_report(const MemoryReport& r) {
   const auto& t = r.predicted;
   auto mb = [](int64_t bytes) { return static_cast<double>(bytes) / kMb; };
-  const int recompute = r.options.recompute;
-  std::string s = c10::str("memory ", r.options.model, ": pipeline ", partition::format_ppv(r.options.ppv),
+  const int recompute = r.options.training.pipeline().recompute();
+  std::string s = c10::str("memory ", r.options.training.run().model(), ": pipeline ", partition::format_ppv(r.options.training.pipeline().ppv()),
                            recompute > 0 ? c10::str(" recomputing through layer ", recompute) : std::string(),
                            ", batch ", t.batch_size, ", ", r.options.channels, " channel(s), ", r.layout,
                            "; MB = 1e6 bytes\n");
@@ -322,8 +323,8 @@ std::string format_memory_report(const MemoryReport& r) {
 std::string to_json(const MemoryReport& r) {
   const auto& t = r.predicted;
   nlohmann::json j;
-  j["model"] = r.options.model;
-  j["ppv"] = partition::format_ppv(r.options.ppv);
+  j["model"] = r.options.training.run().model();
+  j["ppv"] = partition::format_ppv(r.options.training.pipeline().ppv());
   j["batch_size"] = t.batch_size;
   j["channels"] = r.options.channels;
   j["activation_mb_per_sample"] = t.activation_mb_per_sample;
@@ -338,7 +339,7 @@ std::string to_json(const MemoryReport& r) {
   j["measured_scheme_percent"] = r.measured_scheme_percent;
   j["measured_peak_ratio"] = r.measured_peak_ratio;
   j["layout"] = r.layout;
-  j["recompute"] = r.options.recompute;
+  j["recompute"] = r.options.training.pipeline().recompute();
   j["stale_peak_bytes"] = r.measured_stale_bytes;
   j["recompute_layer"] = r.recompute_layer;
   j["recompute_peak_bytes"] = r.measured_recompute_bytes;

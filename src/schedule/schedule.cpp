@@ -97,7 +97,7 @@ Schedule make_one_f_one_b(int num_workers, int64_t first_step, int64_t end_step)
 }
 
 Schedule make_gpipe(int num_workers, int64_t first_step, int64_t end_step, int micro_batches) {
-  SP_CHECK_ARG(micro_batches >= 1, "PipelineOptions::micro_batches must be >= 1, got ", micro_batches);
+  SP_CHECK_ARG(micro_batches >= 1, "gpipe: micro_batches must be >= 1, got ", micro_batches);
   Schedule s = empty_schedule(ScheduleKind::kGPipe, num_workers, first_step, end_step);
   s.micro_batches = micro_batches;
   for (auto& ops : s.worker_ops) {
@@ -112,7 +112,7 @@ Schedule make_gpipe(int num_workers, int64_t first_step, int64_t end_step, int m
 
 Schedule make_schedule(ScheduleKind kind, int num_workers, int64_t first_step, int64_t end_step,
                        int micro_batches) {
-  SP_CHECK_ARG(kind == ScheduleKind::kGPipe || micro_batches == 1, "PipelineOptions::micro_batches ",
+  SP_CHECK_ARG(kind == ScheduleKind::kGPipe || micro_batches == 1, "micro_batches ",
                micro_batches, " applies to the gpipe schedule only, not ", to_string(kind));
   SP_CHECK_ARG(kind != ScheduleKind::kHybrid, "the hybrid schedule is stale then sequential; "
                "make the schedule of each side of the switch");

@@ -8,12 +8,15 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <regex>
+#include <set>
 #include <sstream>
 #include <thread>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "stalepipe/api/option_fields.h"
 #include "stalepipe/api/pipeline_trainer.h"
 #include "stalepipe/models/zoo.h"
 #include "support/cli.h"
@@ -56,6 +59,9 @@ TEST(Cli, UsageErrorsExitTwo) {
   expect_one_line_error(run_cli({"train", "--epochs", "many"}), 2, "many");
   expect_one_line_error(run_cli({"layers", "--model", "resnet7"}), 2, "6n+2");
   expect_one_line_error(run_cli({"schedule", "--partitions", "0"}), 2, "--partitions must be 1..64");
+  expect_one_line_error(run_cli({"schedule", "--micro-batches", "0"}), 2, "--micro-batches must be >= 1, got 0");
+  expect_one_line_error(run_cli({"simulate", "--micro-batches", "2"}), 2,
+                        "--micro-batches 2 applies to --schedule gpipe only, not stale");
   expect_one_line_error(run_cli(with(kSmallRun, {"--micro-batches", "4"})), 2, "--micro-batches 4 applies to schedule gpipe only");
   expect_one_line_error(run_cli(with(kSmallRun, {"--stop-at-step", "-1"})), 2, "--stop-at-step must be >= 0, got -1");
   expect_one_line_error(run_cli(with(kSmallRun, {"--schedule", "hybrid", "--hybrid-switch", "x"})), 2, "--hybrid-switch x: expected a number of epochs");
@@ -194,6 +200,32 @@ TEST(Cli, HelpLayersAndSchedule) {
   ASSERT_EQ(schedule.status, 0) << schedule.err;
   EXPECT_NE(schedule.out.find("1\t3\t4"), std::string::npos) << schedule.out;  // worker 1: d=3, 4 in flight
   EXPECT_NE(schedule.out.find("3\t0\t1"), std::string::npos) << schedule.out;
+}
+
+// The flag of a field of the option tree: its name with dashes, but for the two exceptions.
+std::string flag_of(const OptionField& f) {
+  if (f.field == Field::ppv) return "--pipeline";
+  if (f.field == Field::dataset) return "--data";
+  std::string flag = "--" + f.name;
+  std::replace(flag.begin(), flag.end(), '_', '-');
+  return flag;
+}
+
+TEST(Cli, EveryFlagOfTrainHelpIsAFieldOfTheRegistryOrTheProgramsOwn) {
+  const auto help = run_cli({"train", "--help"});
+  ASSERT_EQ(help.status, 0) << help.err;
+  std::set<std::string> shown;
+  const std::regex flag(R"((^|\n)\s+(?:-\w,)?(--[a-z0-9-]+))");
+  for (std::sregex_iterator m(help.out.begin(), help.out.end(), flag), none; m != none; ++m) shown.insert((*m)[2]);
+  std::set<std::string> expected = {"--help", "--resume", "--export", "--rank", "--world-size",
+                                    "--master-addr", "--master-port", "--timeout-seconds"};
+  for (const OptionField& f : option_fields()) {
+    if (f.field != Field::segment_steps) expected.insert(flag_of(f));  // an API knob, no flag
+  }
+  EXPECT_EQ(shown, expected);
+  // Help texts are the registry's, with the fields they name shown as flags.
+  EXPECT_NE(help.out.find("epochs at which the step schedule multiplies lr by --lr-gamma"), std::string::npos);
+  EXPECT_EQ(help.out.find("Options::"), std::string::npos) << help.out;
 }
 
 TEST(Cli, BenchAndMemoryBadFlagsExitTwo) {

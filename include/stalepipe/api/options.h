@@ -7,13 +7,14 @@
 //   options.run().epochs(4).seed(2);
 //
 // Every field has exactly one default, here. Setting a field checks nothing; check_options()
-// (called when a PipelineTrainer or a run is built) throws UsageError naming the field, e.g.
-// "OptimizerOptions::lr must be a positive number, got -1". The CLI maps field names to its
-// flags (apps/stalepipe/flags.h); nothing below apps/ knows a flag.
+// (called when a PipelineTrainer or a run is built) is the one place that names fields in its
+// errors, e.g. "OptimizerOptions::lr must be a positive number, got -1"; the layers below
+// check their own arguments in their own terms. The CLI derives each field's flag from its
+// name (apps/stalepipe/flags.h); nothing below apps/ knows a flag.
 //
-// config.json (train/options_json.h) stores the tree as one flat object whose keys are the
-// field names below ("dataset" is stored as "data", "ppv" as "pipeline" for the run
-// directories written before this tree existed).
+// Each stored field is one line of the tables below: type, name, default, config.json key
+// and help text. api/option_fields.h turns them into the registry that config.json
+// (api/options_json.h), the CLI's flags and the messages use.
 #pragma once
 
 #include <cstdint>
@@ -58,123 +59,159 @@ struct TrainingPoint {
   static TrainingPoint steps(int64_t n) { return {n, true}; }
 };
 
+// The fields, each once: X(type, name, default, config.json key, how it is stored, help).
+// The key is the field's name but where run directories had another before the tree existed
+// ("data", "pipeline"); keys after '|' are earlier ones still read (option_fields.h). The help
+// names other fields as "Part::field" (the CLI shows each as its flag). Adding a field is one
+// line here plus its use: config.json, the CLI flag and its help follow from the line.
+
 // What to train on: the data set and how it is batched (train/ builds the loaders; the
-// PipelineTrainer's own loops take any loader).
-struct DataOptions {
-  // "fashion-mnist[:DIR]" | "mnist:DIR" | "kmnist:DIR" | "cifar10:DIR" | "synthetic[:N]"
-  // (data/registry.h).
-  TORCH_ARG(std::string, dataset) = "fashion-mnist";
-  TORCH_ARG(int64_t, train_subset) = 0;  // first N training samples; 0 = all
-  TORCH_ARG(int64_t, test_subset) = 0;   // first N test samples; 0 = all
-  TORCH_ARG(bool, augment) = false;      // pad-4 random crop + horizontal flip
-  TORCH_ARG(bool, drop_last) = false;    // drop the last partial batch of an epoch
-  TORCH_ARG(int64_t, batch_size) = 128;
-  TORCH_ARG(int64_t, eval_batch_size) = 1000;
-};
+// PipelineTrainer's own loops take any loader). dataset: data/registry.h.
+#define SP_DATA_OPTION_FIELDS(X)                                                                   \
+  X(std::string, dataset, "fashion-mnist", "data", Plain,                                          \
+    "fashion-mnist[:DIR] | mnist:DIR | kmnist:DIR | cifar10:DIR | synthetic[:N] | synthetic-regression[:N]") \
+  X(int64_t, train_subset, 0, "train_subset", Plain, "train on the first N samples (0: all)")       \
+  X(int64_t, test_subset, 0, "test_subset", Plain, "evaluate on the first N test samples (0: all)") \
+  X(bool, augment, false, "augment", Plain, "random 4-pixel-padded crop and horizontal flip")      \
+  X(bool, drop_last, false, "drop_last", Plain, "drop the last partial batch of each epoch")       \
+  X(int64_t, batch_size, 128, "batch_size", Plain, "mini-batch size")                              \
+  X(int64_t, eval_batch_size, 1000, "eval_batch_size", Plain, "batch size for evaluation")
 
 // How the model is cut and run.
-struct PipelineOptions {
-  // Registers right after these weight layers (1-based, increasing; models/model.h); empty =
-  // one partition. With partitions K > 0 and an empty ppv, the PPV with K-1 registers that
-  // minimises the most expensive partition under `balance` (partition/balance.h): kTime
-  // profiles the model first (profile_batch samples, the per-worker thread count; measured,
-  // so it may differ between runs; the model's state and the RNG are restored afterwards).
-  TORCH_ARG(std::vector<int>, ppv) = {};
-  TORCH_ARG(int, partitions) = 0;
-  TORCH_ARG(Balance, balance) = Balance::kTime;
-  TORCH_ARG(int64_t, profile_batch) = 0;  // 0: DataOptions::batch_size
-  // kStale (PPL-SGD), kSequential (no pipelining), kHybrid (stale until hybrid_switch, then
-  // sequential; the pipeline drains there and the optimizer state carries over), kGPipe
-  // (micro_batches slices, flushed: nothing stale), kOneFOneB (PipeDream's 1F1B with weight
-  // stashing). docs/design.md has the semantics of each.
-  TORCH_ARG(ScheduleKind, schedule) = ScheduleKind::kStale;
-  TORCH_ARG(TrainingPoint, hybrid_switch) = {};
-  // Hybrid: at the switch, every weight that feeds a batch norm gets back its initial norm.
-  TORCH_ARG(bool, hybrid_norm_reset) = false;
-  TORCH_ARG(int, micro_batches) = 1;  // kGPipe only
-  // kThreads (one thread per partition), kEmulated (the reference: one thread, a fixed order;
-  // bit-identical to the others on CPU) or kProcesses (one rank per partition over c10d Gloo;
-  // `group` says where this process sits, unset fields from torchrun's environment).
-  TORCH_ARG(ExecutorKind, executor) = ExecutorKind::kThreads;
-  TORCH_ARG(exec::ProcessGroupOptions, group) = {};
-  // One device per partition; empty = all CPU. Each must be present on this machine.
-  TORCH_ARG(std::vector<torch::Device>, devices) = {};
-  // Intra-op threads: `threads` in total (0 = all cores), split evenly over the partitions,
-  // at least 1 each, except in sequential segments (schedule sequential, a hybrid after its
-  // switch), where one partition works at a time with all of them; threads_per_worker > 0
-  // sets each partition's count directly, throughout.
-  TORCH_ARG(int, threads) = 0;
-  TORCH_ARG(int, threads_per_worker) = 0;
-  // PipelineTrainer::feed drains at least every this many mini-batches.
-  TORCH_ARG(int64_t, segment_steps) = 1 << 16;
-  // Weights, activations and registers in NCHW or channels-last (NHWC) layout. The layout
-  // changes the order of floating-point reductions, so the weights' bits (never the
-  // executors' agreement). A run directory records the layout that ran; a config.json
-  // without one was written before the per-model default, in NCHW (or with the earlier key
-  // "channels_last": true), and is read that way, so older runs resume as they ran.
-  TORCH_ARG(Layout, layout) = Layout::kAuto;
-  // Recomputation (activation checkpointing): the units through this weight layer (a position
-  // a register could follow; 0 = none) keep no activations from forward to backward, which
-  // recomputes them (exec/stage.h). The trained weights are the same bit for bit; a partition
-  // with mini-batches in flight keeps less, and each backward costs one more forward of those
-  // units (balance kTime and kFlops count it).
-  TORCH_ARG(int, recompute) = 0;
+// ppv: registers right after these weight layers (1-based, increasing; models/model.h); empty =
+//   one partition. With partitions K > 0 and an empty ppv, the PPV with K-1 registers that
+//   minimises the most expensive partition under `balance` (partition/balance.h): kTime
+//   profiles the model first (profile_batch samples, the per-worker thread count; measured, so
+//   it may differ between runs; the model's state and the RNG are restored afterwards).
+// schedule: kStale (PPL-SGD), kSequential (no pipelining), kHybrid (stale until hybrid_switch,
+//   then sequential; the pipeline drains there and the optimizer state carries over), kGPipe
+//   (micro_batches slices, flushed: nothing stale), kOneFOneB (PipeDream's 1F1B with weight
+//   stashing). docs/design.md has the semantics of each.
+// executor: kThreads (one thread per partition), kEmulated (the reference: one thread, a fixed
+//   order; bit-identical to the others on CPU) or kProcesses (one rank per partition over c10d
+//   Gloo; `group` says where this process sits, unset fields from torchrun's environment).
+// threads: intra-op threads in total (0 = all cores), split evenly over the partitions, at
+//   least 1 each, except in sequential segments (schedule sequential, a hybrid after its
+//   switch), where one partition works at a time with all of them; threads_per_worker > 0
+//   sets each partition's count directly, throughout.
+// layout: weights, activations and registers in NCHW or channels-last (NHWC). The layout
+//   changes the order of floating-point reductions, so the weights' bits (never the executors'
+//   agreement). A run directory records the layout that ran; a config.json without one was
+//   written before the per-model default, in NCHW (or with the earlier key "channels_last":
+//   true), and is read that way, so older runs resume as they ran.
+// recompute (activation checkpointing): the units through this weight layer keep no
+//   activations from forward to backward, which recomputes them (exec/stage.h). The trained
+//   weights are the same bit for bit; a partition with mini-batches in flight keeps less, and
+//   each backward costs one more forward of those units (balance kTime and kFlops count it).
+#define SP_PIPELINE_OPTION_FIELDS(X)                                                               \
+  X(std::vector<int>, ppv, {}, "pipeline", PpvText,                                                \
+    "PPV: weight layers followed by a register, e.g. 2 or 7,13; none = no pipeline")               \
+  X(int, partitions, 0, "partitions", Plain, "K partitions with a balanced PPV (instead of PipelineOptions::ppv)") \
+  X(Balance, balance, Balance::kTime, "balance", Name,                                             \
+    "with PipelineOptions::partitions: balance time (quick profile first) | params | flops")       \
+  X(int64_t, profile_batch, 0, "profile_batch", Plain,                                             \
+    "with PipelineOptions::balance time: samples per profiled step (0: DataOptions::batch_size)")  \
+  X(ScheduleKind, schedule, ScheduleKind::kStale, "schedule", Name,                                \
+    "stale (PPL-SGD) | sequential | hybrid | gpipe | 1f1b-stash (PipeDream)")                      \
+  X(TrainingPoint, hybrid_switch, {}, "hybrid_switch", PointText,                                  \
+    "hybrid: switch to sequential after N epochs, or Ns steps (e.g. 3 or 500s)")                   \
+  X(bool, hybrid_norm_reset, false, "hybrid_norm_reset", Plain,                                    \
+    "hybrid: at the switch, weights that feed a batch norm get back their initial norm")           \
+  X(int, micro_batches, 1, "micro_batches", Plain, "gpipe: micro-batches per mini-batch")          \
+  X(ExecutorKind, executor, ExecutorKind::kThreads, "executor", Name,                              \
+    "emulated (reference, one thread) | threads (one thread per partition) | processes (one rank per partition)") \
+  X(std::vector<torch::Device>, devices, {}, "devices", DevicesText,                               \
+    "one device per partition, e.g. cpu,cpu or cuda:0,cuda:1 (default: cpu)")                     \
+  X(int, threads, 0, "threads", Plain, "intra-op threads in all (0: all cores)")                   \
+  X(int, threads_per_worker, 0, "threads_per_worker", Plain,                                       \
+    "intra-op threads per partition (0: PipelineOptions::threads / partitions)")                   \
+  X(int64_t, segment_steps, 1 << 16, "segment_steps", Plain,                                       \
+    "PipelineTrainer::feed drains at least every this many mini-batches")                          \
+  X(Layout, layout, Layout::kAuto, "layout|channels_last", LayoutName,                             \
+    "weights, activations and registers in nchw | channels-last | auto (the faster for the model, as measured)") \
+  X(int, recompute, 0, "recompute", Plain,                                                         \
+    "recompute activations in backward through weight layer L (a position a register could follow; 0: none): " \
+    "less memory, same weights, one more forward of those layers")
+
+// SGD, its learning rate over time, the staleness mitigations (optim/sgd.h has the formulas;
+// docs/design.md, "Mitigations") and the loss: a name (exec/loss.h) or any function of
+// (output, target); by default mean cross-entropy of logits against class indices.
+#define SP_OPTIMIZER_OPTION_FIELDS(X)                                                              \
+  X(double, lr, 0.05, "lr", Plain, "base learning rate")                                           \
+  X(double, momentum, 0.9, "momentum", Plain, "SGD momentum")                                      \
+  X(double, weight_decay, 5e-4, "weight_decay", Plain, "L2 weight decay")                          \
+  X(bool, nesterov, false, "nesterov", Plain, "Nesterov momentum")                                 \
+  X(LrScheduleKind, lr_schedule, LrScheduleKind::kCosine, "lr_schedule", Name, "constant | step | cosine") \
+  X(std::vector<int>, lr_milestones, {}, "lr_milestones", Plain,                                   \
+    "epochs at which the step schedule multiplies lr by OptimizerOptions::lr_gamma")              \
+  X(double, lr_gamma, 0.1, "lr_gamma", Plain, "step schedule factor")                              \
+  X(double, warmup_epochs, 0, "warmup_epochs", Plain, "linear learning-rate warm-up (may be fractional)") \
+  X(bool, delay_aware_lr, false, "delay_aware_lr", Plain,                                          \
+    "mitigation: lr * (1+D)^-p for a gradient D updates stale (PipeMare)")                         \
+  X(double, delay_lr_anneal_epochs, 0, "delay_lr_anneal_epochs", Plain,                            \
+    "with OptimizerOptions::delay_aware_lr: p falls from 1 to 0 over these epochs (0: p = 1 throughout)") \
+  X(bool, weight_prediction, false, "weight_prediction", Plain,                                    \
+    "mitigation: forwards use weights extrapolated D updates ahead along the momentum")            \
+  X(bool, spike_compensation, false, "spike_compensation", Plain,                                  \
+    "mitigation: momentum spike compensation for delayed gradients (Kosson et al.)")               \
+  X(bool, fixed_weight_norm, false, "fixed_weight_norm", Plain,                                    \
+    "mitigation: weights that feed a batch norm keep their initial norm (stale gradients inflate it)") \
+  X(exec::Loss, loss, {}, "loss", LossName,                                                        \
+    "cross-entropy | nll (log-probabilities) | mse | l1 | smooth-l1 | bce-with-logits")
+
+// The run around the loop: what model, how long, where its files go. model: a zoo name
+// (train/ only; the API takes a Model). model_file: a TorchScript file saved by PyTorch 1.13
+// (models/torchscript.h), stored as given: a resumed run reloads the file. stop_at_step:
+// unlike max_steps it does not change the learning-rate schedule, and a run resumed at that
+// step goes on. eval_every: the pipeline drains there, as at an epoch end. targets change
+// nothing in training.
+#define SP_RUN_OPTION_FIELDS(X)                                                                    \
+  X(std::string, model, "lenet5", "model", Plain, "lenet5 | alexnet | vgg16 | resnet<6n+2> (resnet20, resnet56, ...)") \
+  X(double, dropout, 0, "dropout", Plain,                                                          \
+    "alexnet, vgg16: dropout probability before each hidden fc layer (0: none)")                   \
+  X(std::string, model_file, "", "model_file", Plain,                                              \
+    "a TorchScript file saved by PyTorch 1.13 (instead of RunOptions::model): a scripted torch.nn.Sequential, " \
+    "each child a unit; input C x 32 x 32")                                                         \
+  X(int64_t, epochs, 10, "epochs", Plain, "training epochs")                                       \
+  X(int64_t, max_steps, 0, "max_steps", Plain, "end after this many mini-batches (0: no limit)")   \
+  X(int64_t, stop_at_step, 0, "stop_at_step", Plain,                                               \
+    "stop as if interrupted (checkpoint, resumable) after this many mini-batches (0: never)")      \
+  X(uint64_t, seed, 1, "seed", Plain, "seed for initialisation, shuffling and augmentation")       \
+  X(std::string, out, "", "out", Plain, "run directory: config.json, metrics.jsonl, summary.json, checkpoint/") \
+  X(int64_t, checkpoint_every, 0, "checkpoint_every", Plain, "also checkpoint every N steps (0: at epoch ends only)") \
+  X(int64_t, eval_every, 0, "eval_every", Plain,                                                   \
+    "also evaluate on the test set every N steps, for accuracy against training time (0: at epoch ends only)") \
+  X(std::vector<double>, targets, {}, "targets", Plain,                                            \
+    "test accuracies (%) whose first training time summary.json reports, e.g. 85,90,92")           \
+  X(ProgressMode, progress, ProgressMode::kAuto, "progress", Name, "auto | bar | lines | none")    \
+  X(std::string, trace, "", "trace", Plain,                                                        \
+    "write a Chrome trace (Perfetto) of every op to FILE and its space-time SVG to FILE.svg")
+
+#define SP_DECLARE_OPTION_FIELD(type, name, default_value, key, codec, help) \
+  TORCH_ARG(type, name) = default_value;
+
+struct DataOptions {
+  SP_DATA_OPTION_FIELDS(SP_DECLARE_OPTION_FIELD)
 };
 
-// SGD, its learning rate over time, the staleness mitigations and the loss.
+struct PipelineOptions {
+  SP_PIPELINE_OPTION_FIELDS(SP_DECLARE_OPTION_FIELD)
+  // Where this process sits in a processes run (exec/processes.h; the CLI's --rank etc.).
+  TORCH_ARG(exec::ProcessGroupOptions, group) = {};
+};
+
 struct OptimizerOptions {
-  TORCH_ARG(double, lr) = 0.05;
-  TORCH_ARG(double, momentum) = 0.9;
-  TORCH_ARG(double, weight_decay) = 5e-4;
-  TORCH_ARG(bool, nesterov) = false;
+  SP_OPTIMIZER_OPTION_FIELDS(SP_DECLARE_OPTION_FIELD)
   // The learning rate of global step t: lr_at(t) if set (a pure function: it runs on worker
-  // threads), else the schedule below (train/lr_schedule.h) over the run's steps.
-  TORCH_ARG(LrScheduleKind, lr_schedule) = LrScheduleKind::kCosine;
-  TORCH_ARG(std::vector<int>, lr_milestones) = {};  // kStep: epochs where lr *= lr_gamma
-  TORCH_ARG(double, lr_gamma) = 0.1;
-  TORCH_ARG(double, warmup_epochs) = 0;  // linear ramp (may be fractional)
+  // threads), else lr_schedule over the run's steps. Not stored in config.json.
   TORCH_ARG(std::function<double(int64_t step)>, lr_at) = nullptr;
-  // Mitigations (optim/sgd.h has the formulas; docs/design.md, "Mitigations").
-  TORCH_ARG(bool, delay_aware_lr) = false;        // lr (1+D)^-p per gradient of delay D
-  TORCH_ARG(double, delay_lr_anneal_epochs) = 0;  // p falls from 1 to 0 over these; 0: p = 1
-  TORCH_ARG(bool, weight_prediction) = false;     // forwards extrapolate D updates ahead
-  TORCH_ARG(bool, spike_compensation) = false;    // momentum spike compensation
-  TORCH_ARG(bool, fixed_weight_norm) = false;     // BN-fed weights keep their initial norm
-  // Training loss of the last partition: scalar from (output, target); a name (exec/loss.h:
-  // "cross-entropy", "nll", "mse", ...) or any function. Default: mean cross-entropy of
-  // logits [B, classes] against class indices [B].
-  TORCH_ARG(exec::Loss, loss) = {};
   // What counts as correct (train and test accuracy); by default top-1 where the target is
   // class indices. Where it scores no sample, no accuracy is reported. Not stored in config.json.
   TORCH_ARG(exec::MetricFn, metric) = exec::top1_accuracy;
 };
 
-// The run around the loop: what model, how long, where its files go.
 struct RunOptions {
-  TORCH_ARG(std::string, model) = "lenet5";  // zoo name (train/ only; the API takes a Model)
-  // Zoo networks with a dropout placement (models/zoo.h, ZooOptions): its probability; 0: none.
-  TORCH_ARG(double, dropout) = 0;
-  // A TorchScript file saved by PyTorch 1.13 (models/torchscript.h) to train instead of a zoo
-  // model; empty = none. Its input is the data's (C x 32 x 32, classes) as for the zoo's.
-  // With it, `model` must keep its default. Stored as given: a resumed run reloads the file.
-  TORCH_ARG(std::string, model_file) = "";
-  TORCH_ARG(int64_t, epochs) = 10;
-  TORCH_ARG(int64_t, max_steps) = 0;         // end after this many mini-batches; 0 = no limit
-  // Stop as if interrupted (drain, checkpoint, resumable) once this many mini-batches are
-  // done; 0 = never. Unlike max_steps it does not change the learning-rate schedule, and a
-  // run resumed at that step goes on.
-  TORCH_ARG(int64_t, stop_at_step) = 0;
-  TORCH_ARG(uint64_t, seed) = 1;             // initialisation, shuffling, augmentation
-  TORCH_ARG(std::string, out) = "";          // run directory; empty = none
-  TORCH_ARG(int64_t, checkpoint_every) = 0;  // also checkpoint every N steps; 0 = per epoch
-  // Also evaluate on the test set every N global steps (the pipeline drains there, as at an
-  // epoch end), for accuracy against training time; 0 = at epoch ends only.
-  TORCH_ARG(int64_t, eval_every) = 0;
-  // Test accuracies (%) whose first training time and step summary.json reports (reached or
-  // not); they change nothing in training.
-  TORCH_ARG(std::vector<double>, targets) = {};
-  TORCH_ARG(ProgressMode, progress) = ProgressMode::kAuto;
-  TORCH_ARG(std::string, trace) = "";        // Chrome trace JSON of every op (+ FILE.svg)
+  SP_RUN_OPTION_FIELDS(SP_DECLARE_OPTION_FIELD)
 };
 
 struct Options {
@@ -183,6 +220,20 @@ struct Options {
   TORCH_ARG(OptimizerOptions, optimizer) = {};
   TORCH_ARG(RunOptions, run) = {};
 };
+
+#undef SP_DECLARE_OPTION_FIELD
+
+// Every stored field of the tree, for naming it: Field::micro_batches (option_fields.h says
+// "PipelineOptions::micro_batches").
+#define SP_FIELD_ENUMERATOR(type, name, default_value, key, codec, help) name,
+enum class Field {
+  SP_DATA_OPTION_FIELDS(SP_FIELD_ENUMERATOR) SP_PIPELINE_OPTION_FIELDS(SP_FIELD_ENUMERATOR)
+  SP_OPTIMIZER_OPTION_FIELDS(SP_FIELD_ENUMERATOR) SP_RUN_OPTION_FIELDS(SP_FIELD_ENUMERATOR)
+};
+#undef SP_FIELD_ENUMERATOR
+
+// "PipelineOptions::micro_batches": how messages name a field (the CLI shows its flag instead).
+const std::string& field_name(Field field);
 
 // Throws UsageError naming the first field (as "PipelineOptions::micro_batches") whose value
 // is impossible on its own or with the others. Needs no model and no data.

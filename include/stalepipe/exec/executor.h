@@ -87,7 +87,7 @@ int64_t default_read_losses_every(const torch::Device& device);
 enum class ExecutorKind { kEmulated, kThreads, kProcesses };
 // "emulated" | "threads" | "processes"; UsageError naming `field` otherwise.
 ExecutorKind executor_from_name(const std::string& name,
-                                const std::string& field = "PipelineOptions::executor");
+                                const std::string& field = "executor");
 std::string to_string(ExecutorKind kind);
 
 // kEmulated or kThreads. Throws UsageError for kProcesses, which needs a process group

@@ -37,7 +37,7 @@ class Loss {
  public:
   // cross-entropy, the default.
   Loss();
-  // By name; throws UsageError naming OptimizerOptions::loss and listing loss_names().
+  // By name; throws UsageError "'NAME' is not a loss ..." listing loss_names().
   Loss(const char* name);         // NOLINT(google-explicit-constructor): options read as names
   Loss(const std::string& name);  // NOLINT(google-explicit-constructor)
   Loss(LossFn fn, std::string name);

@@ -64,7 +64,7 @@ bool has_dropout_placement(const std::string& name);
 
 // Whether `name`'s zoo network trains faster in channels-last (NHWC) than in NCHW on CPU, as
 // measured (docs/performance.md, "Channels-last"); false for a name that is no zoo network.
-// The default layout of PipelineOptions::layout kAuto.
+// The layout a zoo network trains in unless the caller asks for one (the api's Layout::kAuto).
 bool prefers_channels_last(const std::string& name);
 
 // The valid names for help text: {"lenet5", "alexnet", "vgg16", "resnet<6n+2>"}.

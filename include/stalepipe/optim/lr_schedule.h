@@ -11,7 +11,7 @@ namespace stalepipe::optim {
 enum class LrScheduleKind { kConstant, kStep, kCosine };
 // "constant" | "step" | "cosine"; UsageError naming `field` otherwise.
 LrScheduleKind lr_schedule_from_name(const std::string& name,
-                                     const std::string& field = "OptimizerOptions::lr_schedule");
+                                     const std::string& field = "lr schedule");
 std::string to_string(LrScheduleKind kind);
 
 struct LrScheduleOptions {
@@ -26,7 +26,7 @@ struct LrScheduleOptions {
 
 class LrSchedule {
  public:
-  // Throws UsageError (naming OptimizerOptions fields) for a non-positive lr or bad milestones.
+  // Throws UsageError for a non-positive lr or bad milestones.
   explicit LrSchedule(LrScheduleOptions options);
   double at(int64_t step) const;
   const LrScheduleOptions& options() const { return options_; }

@@ -39,7 +39,7 @@ double max_partition_cost(const models::Model& model, const std::vector<double>&
 enum class Balance { kTime, kParams, kFlops };
 // "time" | "params" | "flops"; UsageError naming `field` otherwise.
 Balance balance_from_name(const std::string& name,
-                          const std::string& field = "PipelineOptions::balance");
+                          const std::string& field = "balance");
 std::string to_string(Balance criterion);
 
 // Per-unit costs by criterion. kTime needs `profile` (non-null, one row per unit); throws

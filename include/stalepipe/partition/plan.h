@@ -29,21 +29,23 @@ struct Plan {
   size_t recomputed_units(int k) const;
 };
 
-// Parses "7", "7,13" or "none"/"" (no register). Throws UsageError on anything else.
-std::vector<int> parse_ppv(const std::string& text);
+// Parses "7", "7,13" or "none"/"" (no register). Throws UsageError naming `what` (the input
+// the text came from) on anything else.
+std::vector<int> parse_ppv(const std::string& text, const std::string& what = "ppv");
 std::string format_ppv(const std::vector<int>& ppv);  // "7,13" or "none"
 
-// Validates the PPV against the model and cuts it. Throws UsageError naming the model, the
-// bad entry and the valid register positions, e.g.
-//   "--pipeline 9: model lenet5 has 5 weight layers; a register may follow layer 1, 2, 3, 4".
-// recompute_layer: the weight layer through which backward recomputes activations
-// (PipelineOptions::recompute, 0: none), checked as units_through_layer does.
-Plan make_plan(const models::Model& model, const std::vector<int>& ppv, int recompute_layer = 0);
+// Validates the PPV against the model and cuts it. Throws UsageError naming the input (`ppv_name`),
+// the model, the bad entry and the valid register positions, e.g.
+//   "ppv 9: model lenet5 has 5 weight layers; a register may follow layer 1, 2, 3, 4".
+// recompute_layer: the weight layer through which backward recomputes activations (0: none),
+// checked as units_through_layer does (naming `recompute_name`).
+Plan make_plan(const models::Model& model, const std::vector<int>& ppv, int recompute_layer = 0,
+               const std::string& ppv_name = "ppv", const std::string& recompute_name = "recompute");
 
 // The number of the model's first units whose weight layers are 1..layer (0 for layer 0). A
-// recomputed range ends where a register could go; throws UsageError naming
-// PipelineOptions::recompute and the positions allowed otherwise.
-size_t units_through_layer(const models::Model& model, int layer);
+// recomputed range ends where a register could go; throws UsageError naming `what` and the
+// positions allowed otherwise.
+size_t units_through_layer(const models::Model& model, int layer, const std::string& what = "recompute");
 
 // The share (0..100) of trainable parameters in partitions whose forward uses stale weights,
 // given each partition's staleness d_k (docs/design.md: "Percentage of stale weights").

@@ -50,20 +50,17 @@ struct PartitionCosts;
 namespace stalepipe::perf {
 
 struct BenchOptions {
-  TORCH_ARG(std::string, model) = "lenet5";
-  TORCH_ARG(int64_t, batch_size) = 128;     // >= 1
+  // Partitions 2 instead of the tree's 0 (one partition): bench measures a pipeline.
+  BenchOptions();
+  // The run measured, from the one option tree: its model, seed, batch size, ppv (registers;
+  // empty: chosen for `partitions`, 2..64, by `balance`), threads (cores in all; 0: all),
+  // layout (of every configuration) and recompute (of the pipelined configurations; the
+  // baselines train plainly). Every configuration trains with a constant lr of 0.01.
+  TORCH_ARG(Options, training) = {};
   TORCH_ARG(int64_t, channels) = 1;         // input channels (1: Fashion-MNIST, 3: CIFAR-10)
-  TORCH_ARG(std::vector<int>, ppv) = {};    // registers; empty: choose them for `partitions`
-  TORCH_ARG(int, partitions) = 2;           // K when ppv is empty, 2..64
-  TORCH_ARG(partition::Balance, balance) = partition::Balance::kTime;
   TORCH_ARG(int64_t, warmup_steps) = 3;     // >= 0
   TORCH_ARG(int64_t, steps) = 20;           // >= 4K + 2 (steady state needs fill and drain cut)
-  TORCH_ARG(int, threads) = 0;              // cores in all; 0 = std::thread::hardware_concurrency
   TORCH_ARG(int, rounds) = 1;               // 1..100: alternated runs of every configuration
-  TORCH_ARG(uint64_t, seed) = 1;
-  TORCH_ARG(Layout, layout) = Layout::kAuto;  // PipelineOptions::layout of every configuration
-  // PipelineOptions::recompute of the pipelined configurations (the baselines train plainly).
-  TORCH_ARG(int, recompute) = 0;
 };
 
 // One configuration's result.

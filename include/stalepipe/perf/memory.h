@@ -9,7 +9,7 @@
 //   optimizer   = W_k for the gradient, + W_k for the momentum buffer when momentum is used.
 // Weight stashing (PipeDream) would keep one more weight copy per mini-batch in flight beyond
 // the first: (max_in_flight_k - 1) x W_k on top.
-// Recomputation (MemoryOptions::recompute) keeps R_k of A_k, the recomputed units' kept bytes
+// Recomputation (PipelineOptions::recompute) keeps R_k of A_k, the recomputed units' kept bytes
 // less their output, for one mini-batch only: the one being recomputed, whose other
 // activations its backward has freed by then:
 //   activations = (max_in_flight_k - 1) x (A_k - R_k) + max(A_k - R_k, R_k).
@@ -71,14 +71,11 @@ MemoryTable predict_memory(const std::vector<int64_t>& activation_bytes,
                            int64_t batch_size, const std::vector<int64_t>& recomputed_bytes = {});
 
 struct MemoryOptions {
-  std::string model = "lenet5";
-  std::vector<int> ppv;        // registers: at least one
-  int64_t batch_size = 128;
-  int64_t channels = 1;
-  uint64_t seed = 1;
-  Layout layout = Layout::kAuto;  // as PipelineOptions::layout, decided for `model`
-  // PipelineOptions::recompute of the partitions; the non-pipelined peak is measured without.
-  int recompute = 0;
+  // The run measured, from the one option tree: its model, seed, batch size, ppv (registers:
+  // at least one), layout (kAuto decided for the model) and recompute (of the partitions; the
+  // non-pipelined peak is measured without). The tree's defaults throughout.
+  Options training;
+  int64_t channels = 1;  // input channels
 };
 
 struct MemoryReport {

@@ -89,7 +89,7 @@ Schedule make_schedule(ScheduleKind kind, int num_workers, int64_t first_step, i
 // "sequential" | "stale" | "gpipe" | "1f1b-stash" | "hybrid"; anything else throws UsageError
 // naming `field` (the option the name came from) and the allowed names.
 ScheduleKind schedule_from_name(const std::string& name,
-                                const std::string& field = "PipelineOptions::schedule");
+                                const std::string& field = "schedule");
 std::string to_string(ScheduleKind kind);
 std::string to_string(const Op& op);  // "F12", "B12", "U12"; "F12.3" for micro-batch 3
 

@@ -38,8 +38,8 @@ struct Flat {
   Flat& balance(Balance b) { o.pipeline().balance(b); return *this; }
   Flat& threads(int n) { o.pipeline().threads(n); return *this; }
   Flat& threads_per_worker(int n) { o.pipeline().threads_per_worker(n); return *this; }
-  Flat& executor(const std::string& name) { o.pipeline().executor(exec::executor_from_name(name)); return *this; }
-  Flat& schedule(const std::string& name) { o.pipeline().schedule(schedule::schedule_from_name(name)); return *this; }
+  Flat& executor(const std::string& name) { o.pipeline().executor(exec::executor_from_name(name, field_name(Field::executor))); return *this; }
+  Flat& schedule(const std::string& name) { o.pipeline().schedule(schedule::schedule_from_name(name, field_name(Field::schedule))); return *this; }
   Flat& hybrid_switch_step(int64_t t) { o.pipeline().hybrid_switch(TrainingPoint::steps(t)); return *this; }
   Flat& hybrid_norm_reset(bool b) { o.pipeline().hybrid_norm_reset(b); return *this; }
   Flat& micro_batches(int m) { o.pipeline().micro_batches(m); return *this; }

@@ -106,7 +106,7 @@ TEST(Recompute, TheRangeEndsWhereARegisterCouldGo) {
       ADD_FAILURE() << "recompute " << bad << " was accepted";
     } catch (const UsageError& e) {
       const std::string what = e.what();
-      EXPECT_NE(what.find("PipelineOptions::recompute " + std::to_string(bad) + ": model resnet20"),
+      EXPECT_NE(what.find("recompute " + std::to_string(bad) + ": model resnet20"),
                 std::string::npos) << what;
       EXPECT_NE(what.find("may end after layer 1, 3, 5"), std::string::npos) << what;
     }

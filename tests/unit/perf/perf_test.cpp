@@ -137,8 +137,8 @@ TEST(Memory, MeasuredPeaksHoldWeightsStateAndInFlightInputs) {
   // mini-batches in flight, so at least weights + gradient + momentum and two 8x1x32x32 float
   // inputs; partition 2 (fc1..fc3: 59,134 parameters) at least its weights three times.
   MemoryOptions o;
-  o.model = "lenet5";
-  o.batch_size = 8;
+  o.training.run().model("lenet5");
+  o.training.data().batch_size(8);
   const auto peaks = measure_partition_peaks(o, {2});
   ASSERT_EQ(peaks.size(), 2u);
   EXPECT_GE(peaks[0], 3 * 2572 * 4 + 2 * 8 * 32 * 32 * 4);
@@ -152,9 +152,9 @@ TEST(Memory, MeasuredPeaksHoldWeightsStateAndInFlightInputs) {
 
 TEST(Memory, TheReportMeasuresTheLayoutTrainRunsAndThePeakRatio) {
   MemoryOptions o;
-  o.model = "resnet8";
-  o.ppv = {3};
-  o.batch_size = 8;
+  o.training.run().model("resnet8");
+  o.training.pipeline().ppv({3});
+  o.training.data().batch_size(8);
   const auto auto_layout = memory_report(o);  // the ResNets train channels-last by default
   EXPECT_EQ(auto_layout.layout, "channels-last");
   int64_t sum = 0;
@@ -163,7 +163,7 @@ TEST(Memory, TheReportMeasuresTheLayoutTrainRunsAndThePeakRatio) {
                    static_cast<double>(sum) / static_cast<double>(auto_layout.measured_non_pipelined_bytes));
   EXPECT_GT(auto_layout.measured_peak_ratio, 1.0);  // partition 1 holds 2 mini-batches in flight
   EXPECT_NE(format_memory_report(auto_layout).find("the non-pipelined peak"), std::string::npos);
-  o.layout = Layout::kNchw;
+  o.training.pipeline().layout(Layout::kNchw);
   const auto nchw = memory_report(o);
   EXPECT_EQ(nchw.layout, "nchw");
   EXPECT_EQ(nchw.predicted.weight_mb, auto_layout.predicted.weight_mb);
@@ -172,11 +172,11 @@ TEST(Memory, TheReportMeasuresTheLayoutTrainRunsAndThePeakRatio) {
 TEST(Memory, RecomputationKeepsTheRecomputedActivationsOfOneMiniBatch) {
   // ResNet-8 cut after its first block (layer 3), two mini-batches in flight in partition 1.
   MemoryOptions o;
-  o.model = "resnet8";
-  o.ppv = {3};
-  o.batch_size = 16;
+  o.training.run().model("resnet8");
+  o.training.pipeline().ppv({3});
+  o.training.data().batch_size(16);
   const auto plain = memory_report(o);
-  o.recompute = 3;  // all of partition 1
+  o.training.pipeline().recompute(3);  // all of partition 1
   const auto recomputed = memory_report(o);
   const auto& before = plain.predicted.partitions;
   const auto& after = recomputed.predicted.partitions;
@@ -207,9 +207,9 @@ int64_t sum_of_measured_peaks(const MemoryReport& report) {
 
 TEST(Memory, TheReportShowsTheStalePipelineAndItsRecomputationSideBySide) {
   MemoryOptions o;
-  o.model = "resnet8";
-  o.ppv = {3};
-  o.batch_size = 8;
+  o.training.run().model("resnet8");
+  o.training.pipeline().ppv({3});
+  o.training.data().batch_size(8);
   // Without --recompute, the recomputing point is all of partition 1 (through the register's layer).
   const auto plain = memory_report(o);
   EXPECT_EQ(plain.recompute_layer, 3);
@@ -217,7 +217,7 @@ TEST(Memory, TheReportShowsTheStalePipelineAndItsRecomputationSideBySide) {
   EXPECT_LT(plain.measured_recompute_bytes, plain.measured_stale_bytes);
   EXPECT_GT(plain.measured_stale_bytes, plain.measured_non_pipelined_bytes);
   // With it, the same two points: the run's own peaks are the recomputing one.
-  o.recompute = 3;
+  o.training.pipeline().recompute(3);
   const auto recomputed = memory_report(o);
   EXPECT_EQ(recomputed.recompute_layer, 3);
   EXPECT_EQ(recomputed.measured_recompute_bytes, sum_of_measured_peaks(recomputed));
