@@ -56,7 +56,8 @@ SegmentResult EmulatedExecutor::run(const schedule::Schedule& schedule,
       loops[g.worker].run_op(next[g.worker]++);
     } catch (...) {
       for (Stage* s : stages) s->clear_in_flight();
-      detail::rethrow_with_context(std::current_exception(), g.worker, g.op.step);
+      // The loop's step, not the op's: a loss read late names the step it belongs to.
+      detail::rethrow_with_context(std::current_exception(), g.worker, loops[g.worker].current_step());
     }
   }
   for (int k = 0; k < K; ++k) {
