@@ -169,12 +169,17 @@ TEST(Memory, TheReportMeasuresTheLayoutTrainRunsAndThePeakRatio) {
   EXPECT_EQ(nchw.predicted.weight_mb, auto_layout.predicted.weight_mb);
 }
 
-TEST(Memory, RecomputationKeepsTheRecomputedActivationsOfOneMiniBatch) {
-  // ResNet-8 cut after its first block (layer 3), two mini-batches in flight in partition 1.
+// ResNet-8 cut after its first block (layer 3), two mini-batches in flight in partition 1.
+MemoryOptions resnet8_cut_after_its_first_block(int64_t batch_size) {
   MemoryOptions o;
   o.training.run().model("resnet8");
   o.training.pipeline().ppv({3});
-  o.training.data().batch_size(16);
+  o.training.data().batch_size(batch_size);
+  return o;
+}
+
+TEST(Memory, RecomputationKeepsTheRecomputedActivationsOfOneMiniBatch) {
+  MemoryOptions o = resnet8_cut_after_its_first_block(16);
   const auto plain = memory_report(o);
   o.training.pipeline().recompute(3);  // all of partition 1
   const auto recomputed = memory_report(o);
@@ -206,10 +211,7 @@ int64_t sum_of_measured_peaks(const MemoryReport& report) {
 }
 
 TEST(Memory, TheReportShowsTheStalePipelineAndItsRecomputationSideBySide) {
-  MemoryOptions o;
-  o.training.run().model("resnet8");
-  o.training.pipeline().ppv({3});
-  o.training.data().batch_size(8);
+  MemoryOptions o = resnet8_cut_after_its_first_block(8);
   // Without --recompute, the recomputing point is all of partition 1 (through the register's layer).
   const auto plain = memory_report(o);
   EXPECT_EQ(plain.recompute_layer, 3);
