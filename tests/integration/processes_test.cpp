@@ -25,6 +25,7 @@
 #include "stalepipe/exec/processes.h"
 #include "stalepipe/models/zoo.h"
 #include "stalepipe/partition/plan.h"
+#include "support/sanitizers.h"
 #include "support/ranks.h"
 #include "support/script_modules.h"
 #include "support/temp_dir.h"
@@ -450,8 +451,10 @@ TEST(OneLoop, WeightsEqualThoseOfTheCodeBeforeBitForBit) {
                                              "--max-steps", "50", "--epochs", "1", "--threads-per-worker", "1",
                                              "--layout", "nchw",  // the layout the digests were recorded in
                                              "--executor", executor, "--progress", "none", "--out", dir.file("run")};
-      const int status = executor == "processes" ? run_launch(c.partitions, args, dir.file("log"), 120, pins)
-                                                 : wait_for(spawn(args, pins, dir.file("log")), 120);
+      // Sanitized builds (scripts/sanitize.sh) run ResNet-20 5-15x slower.
+      const int seconds = test::kSanitizer ? 1800 : 120;
+      const int status = executor == "processes" ? run_launch(c.partitions, args, dir.file("log"), seconds, pins)
+                                                 : wait_for(spawn(args, pins, dir.file("log")), seconds);
       ASSERT_EQ(status, 0) << slurp(dir.file("log"));
       EXPECT_EQ(weights_digest(dir.file("run"), c.model, c.ppv), c.digest) << c.model << " " << executor;
     }
