@@ -1,8 +1,7 @@
 #include "stalepipe/exec/device_stream.h"
 
-#include <torch/cuda.h>
-
 #include "cuda_stream_impl.h"
+#include "stalepipe/common/device.h"
 #include "stalepipe/common/error.h"
 
 namespace stalepipe::exec {
@@ -28,12 +27,9 @@ bool built_with_cuda() { return detail::kCudaStreams; }
 
 std::unique_ptr<DeviceStream> make_stream(const torch::Device& device) {
   if (device.is_cpu()) return std::make_unique<CpuStream>();
-  SP_CHECK_ARG(device.is_cuda(), "device ", device.str(), ": only cpu and cuda devices are supported");
-  SP_CHECK_ARG(built_with_cuda(), "device ", device.str(),
+  SP_CHECK_ARG(!device.is_cuda() || built_with_cuda(), "device ", device.str(),
                ": this build's LibTorch has no CUDA (build against a CUDA LibTorch, scripts/gpu-check.sh)");
-  const int count = torch::cuda::is_available() ? static_cast<int>(torch::cuda::device_count()) : 0;
-  SP_CHECK_ARG(device.has_index() && device.index() < count, "device ", device.str(),
-               " is not present (this machine has ", count, " CUDA device", count == 1 ? "" : "s", ")");
+  check_device(device, "device");
   return detail::make_cuda_stream(device);
 }
 

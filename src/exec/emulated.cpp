@@ -15,7 +15,6 @@ class MailboxLinks final : public detail::Links {
  public:
   explicit MailboxLinks(const detail::Wiring& wiring) : boxes_(wiring.routes().size()) {}
   void send(const detail::Route& route, detail::Message m) override {
-    if (!m.stop) detail::Wiring::check_names(route, m.names());
     boxes_[route.id].push_back(std::move(m));
   }
   detail::Message recv(const detail::Route& route) override {
@@ -42,6 +41,11 @@ SegmentResult EmulatedExecutor::run(const schedule::Schedule& schedule,
   std::vector<detail::WorkerLoop> loops;
   loops.reserve(K);
   for (int k = 0; k < K; ++k) loops.emplace_back(schedule, wiring, k, *stages[k], links, context);
+  // The loop's step, not the op's: a loss read late names the step it belongs to.
+  auto fail = [&](int worker) {
+    for (Stage* s : stages) s->clear_in_flight();
+    detail::rethrow_with_context(std::current_exception(), worker, loops[worker].current_step());
+  };
   std::vector<size_t> next(K, 0);
   int current_threads = -1;
   for (const auto& g : schedule::global_order(schedule)) {
@@ -55,17 +59,14 @@ SegmentResult EmulatedExecutor::run(const schedule::Schedule& schedule,
     try {
       loops[g.worker].run_op(next[g.worker]++);
     } catch (...) {
-      for (Stage* s : stages) s->clear_in_flight();
-      // The loop's step, not the op's: a loss read late names the step it belongs to.
-      detail::rethrow_with_context(std::current_exception(), g.worker, loops[g.worker].current_step());
+      fail(g.worker);
     }
   }
   for (int k = 0; k < K; ++k) {
     try {
       loops[k].finish();
     } catch (...) {
-      for (Stage* s : stages) s->clear_in_flight();
-      detail::rethrow_with_context(std::current_exception(), k, loops[k].current_step());
+      fail(k);
     }
   }
   SegmentResult result;

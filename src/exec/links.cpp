@@ -36,6 +36,14 @@ torch::Tensor& Message::at(const std::string& name) {
                               "' among [", c10::Join(", ", names()), "]"));
 }
 
+bool Message::has_names(const std::vector<std::string>& expected) const {
+  if (tensors.size() != expected.size()) return false;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    if (tensors[i].first != expected[i]) return false;
+  }
+  return true;
+}
+
 std::vector<std::string> Message::names() const {
   std::vector<std::string> out;
   out.reserve(tensors.size());

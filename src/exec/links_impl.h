@@ -67,10 +67,13 @@ struct Message {
   // The tensor called `name`; RuntimeError if the message has none.
   torch::Tensor& at(const std::string& name);
   std::vector<std::string> names() const;
+  // Whether the tensors are called `names`, in order.
+  bool has_names(const std::vector<std::string>& names) const;
 };
 
 // How workers exchange messages. recv() blocks until the route's next message is there and
 // throws Cancelled if the pipeline is aborting; messages on one route arrive in send order.
+// The worker loop checks a message's names against its route before send().
 class Links {
  public:
   virtual ~Links() = default;

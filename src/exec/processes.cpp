@@ -382,7 +382,6 @@ class GroupLinks final : public detail::Links {
       group_.send_tensor({}, route.destination, tag(route, m.step, m.micro, 0), m.step, true);
       return;
     }
-    detail::Wiring::check_names(route, m.names());
     for (size_t i = 0; i < m.tensors.size(); ++i) {
       group_.send_tensor(m.tensors[i].second, route.destination, tag(route, m.step, m.micro, i), m.step,
                          false, m.batch_samples);

@@ -267,7 +267,7 @@ void Stage::update(int64_t step, double lr) {
 torch::Tensor Stage::predict(const torch::Tensor& input) {
   torch::NoGradGuard no_grad;
   module_->eval();
-  torch::Tensor out = run_units(0, module_->size(), models::in_memory_format(input.to(device_), memory_format_));
+  torch::Tensor out = run_units(0, module_->size(), models::in_memory_format(to_device(input), memory_format_));
   module_->train();
   return out;
 }

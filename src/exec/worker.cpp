@@ -4,6 +4,7 @@
 #include <chrono>
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include <c10/util/Exception.h>
 
@@ -53,6 +54,7 @@ Message WorkerLoop::receive(const Route* route) {
 }
 
 void WorkerLoop::send(const Route* route, Message message) {
+  if (!message.stop && !message.has_names(route->names)) Wiring::check_names(*route, message.names());
   message.ready = stage_.stream().record();
   links_.send(*route, std::move(message));
 }
@@ -182,8 +184,11 @@ void WorkerLoop::backward(int64_t step, int micro) {
 
 void WorkerLoop::read_losses() {
   if (losses_.empty()) return;
+  // Taken out first, so that a throw below leaves none behind.
+  const std::vector<PendingLoss> losses = std::exchange(losses_, {});
+  const std::vector<int64_t> steps = std::exchange(loss_steps_, {});
   std::vector<torch::Tensor> values, counts;
-  for (const PendingLoss& l : losses_) {
+  for (const PendingLoss& l : losses) {
     values.push_back(l.loss.reshape({}));
     if (l.score.correct_count.defined()) counts.push_back(l.score.correct_count.reshape({}));
   }
@@ -194,29 +199,25 @@ void WorkerLoop::read_losses() {
   const int64_t* count_at = counts.empty() ? nullptr : count.data_ptr<int64_t>();
   StepLoss total;
   size_t next_count = 0;
-  for (size_t i = 0; i < losses_.size(); ++i) {
-    const PendingLoss& l = losses_[i];
+  for (size_t i = 0; i < losses.size(); ++i) {
+    const PendingLoss& l = losses[i];
     if (!std::isfinite(loss_at[i])) {
-      current_step_ = loss_steps_[i];  // the step the error names
-      losses_.clear();
-      loss_steps_.clear();
+      current_step_ = steps[i];  // the step the error names
       throw DivergedError(c10::str("training loss is ", loss_at[i]));
     }
-    if (i == 0 || loss_steps_[i] != loss_steps_[i - 1]) total = StepLoss();
+    if (i == 0 || steps[i] != steps[i - 1]) total = StepLoss();
     total.loss += loss_at[i] * static_cast<double>(l.samples);
     total.correct += l.score.correct_count.defined() ? count_at[next_count++] : l.score.correct;
     total.scored += l.score.scored;
     total.samples += l.samples;
-    const bool step_ends = i + 1 == losses_.size() || loss_steps_[i + 1] != loss_steps_[i];
+    const bool step_ends = i + 1 == losses.size() || steps[i + 1] != steps[i];
     if (step_ends && context_.on_step) {
       StepLoss report = total;
-      report.step = loss_steps_[i];
+      report.step = steps[i];
       report.loss /= static_cast<double>(report.samples);
       context_.on_step(report.step, report);
     }
   }
-  losses_.clear();
-  loss_steps_.clear();
 }
 
 void use_worker_threads(const SegmentContext& context, int worker) {

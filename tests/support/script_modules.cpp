@@ -42,23 +42,20 @@ def forward(self, x):
   return m;
 }
 
-torch::jit::Module script_relu() {
+namespace {
+
+// A ReLU whose forward is torch.`op`(x): relu, or relu_ (in place, as inplace=True scripts).
+torch::jit::Module relu_calling(const char* op) {
   auto m = make("activation.ReLU");
-  m.define(R"(
-def forward(self, x):
-    return torch.relu(x)
-)");
+  m.define(c10::str("\ndef forward(self, x):\n    return torch.", op, "(x)\n"));
   return m;
 }
 
-torch::jit::Module script_relu_inplace() {
-  auto m = make("activation.ReLU");
-  m.define(R"(
-def forward(self, x):
-    return torch.relu_(x)
-)");
-  return m;
-}
+}  // namespace
+
+torch::jit::Module script_relu() { return relu_calling("relu"); }
+
+torch::jit::Module script_relu_inplace() { return relu_calling("relu_"); }
 
 torch::jit::Module script_max_pool2d(int64_t kernel) {
   auto m = make("pooling.MaxPool2d");
