@@ -7,7 +7,8 @@ packages=(
   build-essential cmake ninja-build pkg-config
   libtorch-dev libopenblas0-openmp      # LibTorch 1.13; OpenBLAS (2x faster than reference BLAS)
   libgloo-dev                           # headers that LibTorch's c10d (distributed) needs
-  zlib1g-dev libcli11-dev nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev
+  zlib1g-dev libjpeg-dev libpng-dev   # image folders: JPEG (libjpeg-turbo) and PNG
+  libcli11-dev nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev
   dataset-fashion-mnist                 # the default data set, /usr/share/datasets/fashion-mnist
 )
 
