@@ -61,7 +61,8 @@ ImageInfo probe_image(const uint8_t* bytes, size_t size, const std::string& name
 // (1 or 3) channels. A JPEG may be decoded at a reduced scale s in {1/2, 1/4, 1/8} (libjpeg's
 // DCT scaling) where the region, scaled, keeps at least min_height x min_width pixels; a PNG
 // is always decoded at full scale. The result covers exactly the region at that scale: uint8
-// [channels, ceil(height * s), ceil(width * s)]. min_height = min_width = 0 asks for full scale.
+// [channels, ceil(height * s), ceil(width * s)] from row floor(top * s) and column
+// floor(left * s) of the scaled image. min_height = min_width = 0 asks for full scale.
 // Throws RuntimeError naming `name` for a corrupt or truncated image (libjpeg's warnings count
 // as errors, as PIL's default does), or one above max_megapixels.
 torch::Tensor decode_image(const uint8_t* bytes, size_t size, const std::string& name,
