@@ -127,7 +127,8 @@ ImageInfo probe_image(const uint8_t* bytes, size_t size, const std::string& name
 
 namespace {
 
-torch::Tensor decode(detail::DecodeRequest& request) {
+// Checks the request's own arguments, then decodes in the format the bytes have.
+torch::Tensor decode(const detail::DecodeRequest& request) {
   SP_CHECK_ARG(request.channels == 1 || request.channels == 3, request.name,
                ": images decode to 1 or 3 channels, not ", request.channels);
   SP_CHECK_ARG(request.min_height >= 0 && request.min_width >= 0, request.name,
@@ -143,27 +144,13 @@ torch::Tensor decode(detail::DecodeRequest& request) {
 torch::Tensor decode_image(const uint8_t* bytes, size_t size, const std::string& name,
                            int64_t channels, const Region& region, int64_t min_height,
                            int64_t min_width, double max_megapixels) {
-  detail::DecodeRequest request;
-  request.bytes = bytes;
-  request.size = size;
-  request.name = name;
-  request.channels = channels;
-  request.region = region;
-  request.min_height = min_height;
-  request.min_width = min_width;
-  request.max_megapixels = max_megapixels;
-  return decode(request);
+  return decode({bytes, size, name, channels, false, region, min_height, min_width,
+                 max_megapixels});
 }
 
 torch::Tensor decode_image(const uint8_t* bytes, size_t size, const std::string& name,
                            int64_t channels) {
-  detail::DecodeRequest request;
-  request.bytes = bytes;
-  request.size = size;
-  request.name = name;
-  request.channels = channels;
-  request.whole = true;
-  return decode(request);
+  return decode({bytes, size, name, channels, true, Region{}, 0, 0, kDefaultMaxMegapixels});
 }
 
 }  // namespace data

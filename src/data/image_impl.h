@@ -16,15 +16,15 @@ namespace detail {
 
 // One decode as decode_image was asked for it, in pixels of the stored image.
 struct DecodeRequest {
-  const uint8_t* bytes = nullptr;
-  size_t size = 0;
-  std::string name;
-  int64_t channels = 3;
-  bool whole = false;  // the whole image; `region` is then ignored
+  const uint8_t* bytes;
+  size_t size;
+  const std::string& name;
+  int64_t channels;
+  bool whole;  // the whole image; `region` is then ignored
   Region region;
-  int64_t min_height = 0;
-  int64_t min_width = 0;
-  double max_megapixels = kDefaultMaxMegapixels;
+  int64_t min_height;
+  int64_t min_width;
+  double max_megapixels;
 };
 
 // Throws RuntimeError naming `name` for an image of zero pixels or above max_megapixels.
