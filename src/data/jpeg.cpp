@@ -2,10 +2,10 @@
 // scale (cropped columns, skipped rows, stopping after the region's last row), the encoder.
 //
 // libjpeg reports errors through error_exit, whose default calls exit(). Here it formats the
-// message and longjmps back to the setjmp of Codec::run, whose frame is the caller's of the
-// lambda that called libjpeg; run then throws from ordinary C++ code. Nothing with a
-// destructor lives between the two (the lambdas touch only raw pointers and integers), and
-// the structs are destroyed by their owners' destructors, on every path.
+// message and longjmps back to the setjmp in guarded(), which Codec::run called with a lambda
+// that calls libjpeg; run then throws from ordinary C++ code. Nothing with a destructor lives
+// in the frames the jump leaves (the lambdas touch only raw pointers and integers), and the
+// structs are destroyed by their owners' destructors, on every path.
 #include <algorithm>
 #include <csetjmp>
 #include <cstdio>
@@ -58,7 +58,9 @@ bool guarded(ErrorManager& err, F&& call) {
 template <typename Struct>
 class Codec {
  public:
-  explicit Codec(std::string name) : name_(std::move(name)) {
+  // `fault` names what failed in messages ("corrupt JPEG"; a premature end of the data is
+  // "truncated JPEG").
+  Codec(std::string name, const char* fault) : name_(std::move(name)), fault_(fault) {
     cinfo.err = jpeg_std_error(&err_.pub);
     err_.pub.error_exit = on_error;
     err_.pub.emit_message = on_message;
@@ -72,7 +74,7 @@ class Codec {
   template <typename F>
   void run(F&& call) {
     if (!guarded(err_, call)) {
-      throw RuntimeError(c10::str(name_, err_.truncated ? ": truncated JPEG (" : ": corrupt JPEG (",
+      throw RuntimeError(c10::str(name_, ": ", err_.truncated ? "truncated JPEG" : fault_, " (",
                                   err_.message, ")"));
     }
   }
@@ -83,6 +85,7 @@ class Codec {
   void create();
 
   std::string name_;
+  const char* fault_;
   ErrorManager err_;
 };
 
@@ -161,12 +164,12 @@ void cmyk_to_rgb(uint8_t* row, int64_t width) {
 
 ImageInfo probe_jpeg(const uint8_t* bytes, size_t size, const std::string& name,
                      double max_megapixels) {
-  Decompressor d(name);
+  Decompressor d(name, "corrupt JPEG");
   return read_header(d, bytes, size, name, max_megapixels);
 }
 
 torch::Tensor decode_jpeg(const DecodeRequest& request) {
-  Decompressor d(request.name);
+  Decompressor d(request.name, "corrupt JPEG");
   const ImageInfo info =
       read_header(d, request.bytes, request.size, request.name, request.max_megapixels);
   const Region region = checked_region(request, info.height, info.width);
@@ -270,7 +273,7 @@ std::vector<uint8_t> encode_jpeg(const torch::Tensor& image, int quality) {
   dest.pub.init_destination = init_destination;
   dest.pub.empty_output_buffer = empty_output_buffer;
   dest.pub.term_destination = term_destination;
-  detail::Codec<jpeg_compress_struct> e("JPEG encoder");
+  detail::Codec<jpeg_compress_struct> e("JPEG encoder", "cannot write JPEG");
   jpeg_compress_struct& c = e.cinfo;
   e.run([&] {
     c.dest = &dest.pub;

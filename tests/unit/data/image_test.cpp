@@ -145,9 +145,11 @@ Bytes write_png(const PngSpec& spec) {
   return out;
 }
 
-// A CMYK JPEG as Photoshop writes one (libjpeg writes the Adobe marker for CMYK): the left
-// half of each row is `left`, the right half `right` (stored samples, that is inverted ink).
-Bytes write_cmyk_jpeg(int width, int height, const uint8_t left[4], const uint8_t right[4]) {
+// A JPEG written by libjpeg directly at quality 95: sample(x, y, s) for each of `components`
+// samples in `space` (for CMYK libjpeg writes the Adobe marker, as Photoshop does, and the
+// samples are stored as given: inverted ink), baseline or progressive.
+Bytes write_jpeg(int width, int height, int components, J_COLOR_SPACE space, bool progressive,
+                 const Sample& sample) {
   jpeg_compress_struct c;
   jpeg_error_mgr err;
   c.err = jpeg_std_error(&err);
@@ -157,16 +159,17 @@ Bytes write_cmyk_jpeg(int width, int height, const uint8_t left[4], const uint8_
   jpeg_mem_dest(&c, &buffer, &length);
   c.image_width = width;
   c.image_height = height;
-  c.input_components = 4;
-  c.in_color_space = JCS_CMYK;
+  c.input_components = components;
+  c.in_color_space = space;
   jpeg_set_defaults(&c);
   jpeg_set_quality(&c, 95, TRUE);
+  if (progressive) jpeg_simple_progression(&c);
   jpeg_start_compress(&c, TRUE);
-  Bytes row(width * 4);
-  for (int x = 0; x < width; ++x) {
-    for (int s = 0; s < 4; ++s) row[4 * x + s] = x < width / 2 ? left[s] : right[s];
-  }
+  Bytes row(width * components);
   while (c.next_scanline < c.image_height) {
+    for (int x = 0; x < width; ++x) {
+      for (int s = 0; s < components; ++s) row[components * x + s] = static_cast<uint8_t>(sample(x, c.next_scanline, s));
+    }
     JSAMPROW rows[1] = {row.data()};
     jpeg_write_scanlines(&c, rows, 1);
   }
@@ -346,6 +349,21 @@ TEST(ImageTest, JpegRegionEqualsTheSameRegionOfTheWholeDecode) {
   }
 }
 
+TEST(ImageTest, ProgressiveJpegDecodesAsTheBaselineOne) {
+  const torch::Tensor image = smooth(3, 45, 70);
+  const auto a = image.accessor<uint8_t, 3>();
+  const Bytes progressive = write_jpeg(70, 45, 3, JCS_RGB, true, [&](int64_t x, int64_t y, int64_t s) { return a[s][y][x]; });
+  // The same coefficients, ordered differently: encode_jpeg at 95 is libjpeg's defaults too.
+  const torch::Tensor whole = decode(progressive, 3);
+  EXPECT_TRUE(whole.equal(decode(encode_jpeg(image, 95), 3)));
+  for (const Region& r : {Region{0, 0, 45, 70}, Region{17, 9, 20, 33}, Region{44, 69, 1, 1}}) {
+    EXPECT_TRUE(decode_image(progressive.data(), progressive.size(), "t", 3, r)
+                    .equal(whole.slice(1, r.top, r.top + r.height).slice(2, r.left, r.left + r.width)));
+  }
+  EXPECT_EQ(decode_image(progressive.data(), progressive.size(), "t", 3, {0, 0, 45, 70}, 10, 10).sizes(),
+            torch::IntArrayRef({3, 12, 18}));  // 1/4: 1/8 keeps 6 x 9
+}
+
 TEST(ImageTest, JpegScaledDecodeIsTheSmallestThatKeepsTheMinimumSize) {
   const torch::Tensor image = smooth(3, 384, 512);
   const Bytes jpeg = encode_jpeg(image, 95);
@@ -380,7 +398,9 @@ TEST(ImageTest, JpegScaledDecodeIsTheSmallestThatKeepsTheMinimumSize) {
 
 TEST(ImageTest, CmykJpegDecodesAsPilConvertsIt) {
   const uint8_t left[4] = {200, 100, 50, 180}, right[4] = {30, 240, 128, 255};
-  const Bytes jpeg = write_cmyk_jpeg(32, 16, left, right);
+  const Bytes jpeg = write_jpeg(32, 16, 4, JCS_CMYK, false, [&](int64_t x, int64_t, int64_t s) {
+    return (x < 16 ? left : right)[s];
+  });
   const ImageInfo info = probe(jpeg);
   EXPECT_EQ(info.mode, "CMYK");
   EXPECT_TRUE(info.color);
