@@ -20,5 +20,6 @@ Command add_profile(CLI::App& app);
 Command add_simulate(CLI::App& app);
 Command add_bench(CLI::App& app);
 Command add_memory(CLI::App& app);
+Command add_data(CLI::App& app);
 
 }  // namespace stalepipe::cli

@@ -30,6 +30,7 @@ int main(int argc, char** argv) {
       {"simulate", "predict a pipeline's throughput, bubbles and memory from a profile", stalepipe::cli::add_simulate},
       {"bench", "images/s: non-pipelined vs the stale pipeline vs the profile's bound, with targets", stalepipe::cli::add_bench},
       {"memory", "per-partition memory predicted from the schedule and measured; Table 9", stalepipe::cli::add_memory},
+      {"data", "image folders: inspect one, export a data set as one, time the input pipeline", stalepipe::cli::add_data},
       {"launch", "start K local ranks of a command (--executor processes); -- then the command", stalepipe::cli::add_launch},
   };
   std::map<CLI::App*, Command> commands;

@@ -25,6 +25,17 @@ void check_data(const DataOptions& o) {
                o.eval_batch_size());
   SP_CHECK_ARG(o.train_subset() >= 0, field_name(Field::train_subset), " must be >= 0, got ", o.train_subset());
   SP_CHECK_ARG(o.test_subset() >= 0, field_name(Field::test_subset), " must be >= 0, got ", o.test_subset());
+  SP_CHECK_ARG(o.image_size() >= 0, field_name(Field::image_size), " must be >= 0, got ", o.image_size());
+  SP_CHECK_ARG(o.val_fraction() >= 0 && o.val_fraction() < 1, field_name(Field::val_fraction), " must be in [0, 1), got ",
+               o.val_fraction());
+  SP_CHECK_ARG(o.max_megapixels() > 0, field_name(Field::max_megapixels), " must be > 0, got ", o.max_megapixels());
+  SP_CHECK_ARG(o.data_threads() >= 0, field_name(Field::data_threads), " must be >= 0, got ", o.data_threads());
+  SP_CHECK_ARG(o.norm_mean().size() == o.norm_std().size(), field_name(Field::norm_mean), " and ",
+               field_name(Field::norm_std), " go together, one value per channel: got ", o.norm_mean().size(), " and ",
+               o.norm_std().size());
+  for (double s : o.norm_std()) {
+    SP_CHECK_ARG(s > 0, field_name(Field::norm_std), " must be > 0 for every channel, got ", s);
+  }
 }
 
 void check_run(const RunOptions& o) {

@@ -100,21 +100,24 @@ void Codec<jpeg_compress_struct>::create() {
 
 using Decompressor = Codec<jpeg_decompress_struct>;
 
-// A JPEG ends with its EOI marker, after which some writers pad with zero bytes.
-void check_complete(const uint8_t* bytes, size_t size, const std::string& name) {
-  while (size > 0 && bytes[size - 1] == 0) --size;
-  SP_CHECK(size >= 4 && bytes[size - 2] == 0xff && bytes[size - 1] == JPEG_EOI, name,
-           ": truncated JPEG (no end-of-image marker)");
+// A complete JPEG has an EOI marker after the start of its scan data (`scan`: the offset
+// where jpeg_read_header stopped). Usually it is the last two bytes, but some writers pad with
+// zero bytes and cameras append trailers (PIL reads those files too), so it is searched from
+// the end; an EOI before the scan (an EXIF thumbnail's) does not count.
+void check_complete(const uint8_t* bytes, size_t size, size_t scan, const std::string& name) {
+  size_t end = size;
+  while (end >= scan + 2 && !(bytes[end - 2] == 0xff && bytes[end - 1] == JPEG_EOI)) --end;
+  SP_CHECK(end >= scan + 2, name, ": truncated JPEG (no end-of-image marker)");
 }
 
 // Reads the header of `bytes` into `d` and checks the pixel bound; returns the image's info.
 ImageInfo read_header(Decompressor& d, const uint8_t* bytes, size_t size,
                       const std::string& name, double max_megapixels) {
-  check_complete(bytes, size, name);
   d.run([&] {
     jpeg_mem_src(&d.cinfo, bytes, static_cast<unsigned long>(size));
     jpeg_read_header(&d.cinfo, TRUE);
   });
+  check_complete(bytes, size, size - d.cinfo.src->bytes_in_buffer, name);
   ImageInfo info;
   info.format = ImageFormat::kJpeg;
   info.height = d.cinfo.image_height;

@@ -6,44 +6,58 @@
 #include <random>
 
 #include "data/random_impl.h"
+#include "data/decode_pool_impl.h"
 #include "stalepipe/common/error.h"
+#include "stalepipe/data/resample.h"
 
 namespace stalepipe {
 namespace data {
 
 Loader::Loader(Dataset data, LoaderOptions options)
-    : data_(std::move(data)), options_(std::move(options)) {
+    : Loader(std::make_shared<TensorSource>(std::move(data)), std::move(options)) {}
+
+Loader::~Loader() = default;
+
+Loader::Loader(std::shared_ptr<const SampleSource> source, LoaderOptions options)
+    : source_(std::move(source)), options_(std::move(options)) {
+  SP_CHECK_ARG(source_, "loader: no data source");
+  const std::string& name = source_->name();
   const int64_t batch_size = options_.batch_size();
   SP_CHECK_ARG(batch_size >= 1, "batch size must be >= 1, got ", batch_size);
-  const torch::Tensor& images = data_.images;
-  const torch::Tensor& labels = data_.labels;
-  SP_CHECK_ARG(images.defined() && images.dim() == 4 && images.scalar_type() == torch::kUInt8 &&
-      images.device().is_cpu(), "data set '", data_.name, "': expected uint8 CPU images of shape "
-      "[N, C, H, W], found ", images.defined() ? c10::str(images.scalar_type(), " ",
-      images.sizes(), " on ", images.device()) : std::string("no images"));
-  SP_CHECK_ARG(data_.size() >= 1, "data set '", data_.name, "' is empty; the loader needs at "
+  SP_CHECK_ARG(source_->size() >= 1, "data set '", name, "' is empty; the loader needs at "
       "least one sample");
-  const bool classes = data_.num_classes > 0;
+  const torch::Tensor& labels = source_->targets();
+  const bool classes = source_->num_classes() > 0;
   SP_CHECK_ARG(labels.defined() && labels.dim() == (classes ? 1 : 2) &&
-      labels.scalar_type() == (classes ? torch::kInt64 : torch::kFloat) && labels.size(0) == data_.size(),
-      "data set '", data_.name, "': expected ", classes ? "int64 labels of shape [" : "float targets of shape [",
-      data_.size(), classes ? "]" : ", D] (no classes)", ", found ", labels.defined() ? c10::str(labels.scalar_type(), " ",
+      labels.scalar_type() == (classes ? torch::kInt64 : torch::kFloat) && labels.size(0) == source_->size(),
+      "data set '", name, "': expected ", classes ? "int64 labels of shape [" : "float targets of shape [",
+      source_->size(), classes ? "]" : ", D] (no classes)", ", found ", labels.defined() ? c10::str(labels.scalar_type(), " ",
       labels.sizes()) : std::string("no labels"));
   SP_CHECK_ARG(options_.pad_to() >= 0, "pad_to must be >= 0 (0: no padding), got ",
       options_.pad_to());
-  SP_CHECK_ARG(!options_.drop_last() || data_.size() >= batch_size, "drop_last with batch size ",
-      batch_size, " leaves no batch: data set '", data_.name, "' has only ", data_.size(),
+  SP_CHECK_ARG(options_.image_size() >= 0, "image size must be >= 0 (0: as stored), got ", options_.image_size());
+  SP_CHECK_ARG(options_.threads() >= 1, "loader threads must be >= 1, got ", options_.threads());
+  SP_CHECK_ARG(!options_.drop_last() || source_->size() >= batch_size, "drop_last with batch size ",
+      batch_size, " leaves no batch: data set '", name, "' has only ", source_->size(),
       " samples; use a smaller batch size or keep the last partial batch");
-  data_.images = images.contiguous();
+  const auto stored = source_->common_size();
+  const int64_t size = options_.image_size();
+  SP_CHECK_ARG(size > 0 || stored, "data set '", name, "': its images differ in size; give an image size to "
+      "resize them to");
+  in_height_ = size > 0 ? size : stored->first;
+  in_width_ = size > 0 ? size : stored->second;
+  gather_ = source_->gathers() && !options_.resized_crop() && stored &&
+      stored->first == in_height_ && stored->second == in_width_;
+  if (!gather_ && options_.threads() > 1) pool_ = std::make_unique<detail::DecodePool>(options_.threads());
 
-  const int64_t channels = data_.channels();
+  const int64_t channels = source_->channels();
   std::vector<float> scale(channels, 1.0f / 255.0f);
   std::vector<float> shift(channels, 0.0f);
   const Normalization& norm = options_.normalization();
   if (!norm.empty()) {
     SP_CHECK_ARG(static_cast<int64_t>(norm.mean.size()) == channels &&
         static_cast<int64_t>(norm.std.size()) == channels, "normalisation: expected ", channels,
-        " means and stds (one per channel of '", data_.name, "'), found ", norm.mean.size(),
+        " means and stds (one per channel of '", name, "'), found ", norm.mean.size(),
         " means and ", norm.std.size(), " stds");
     for (int64_t c = 0; c < channels; ++c) {
       SP_CHECK_ARG(norm.std[c] > 0, "normalisation: std of channel ", c, " must be > 0, got ",
@@ -54,18 +68,18 @@ Loader::Loader(Dataset data, LoaderOptions options)
   }
   scale_ = torch::tensor(scale).view({1, channels, 1, 1});
   shift_ = torch::tensor(shift).view({1, channels, 1, 1});
-  out_height_ = std::max(data_.height(), options_.pad_to());
-  out_width_ = std::max(data_.width(), options_.pad_to());
+  out_height_ = std::max(in_height_, options_.pad_to());
+  out_width_ = std::max(in_width_, options_.pad_to());
 }
 
 int64_t Loader::batches_per_epoch() const {
-  const int64_t n = data_.size(), b = options_.batch_size();
+  const int64_t n = source_->size(), b = options_.batch_size();
   return options_.drop_last() ? n / b : (n + b - 1) / b;
 }
 
 std::vector<int64_t> Loader::epoch_order(int64_t epoch) const {
   SP_CHECK_ARG(epoch >= 0, "epoch must be >= 0, got ", epoch);
-  std::vector<int64_t> order(data_.size());
+  std::vector<int64_t> order(source_->size());
   std::iota(order.begin(), order.end(), int64_t{0});
   if (!options_.shuffle()) {
     return order;
@@ -84,7 +98,7 @@ Batch Loader::batch(int64_t epoch, int64_t index) const {
 }
 
 Batch Loader::batch(int64_t epoch, int64_t index, const std::vector<int64_t>& order) const {
-  const int64_t n = data_.size();
+  const int64_t n = source_->size();
   SP_CHECK_ARG(epoch >= 0, "epoch must be >= 0, got ", epoch);
   SP_CHECK_ARG(static_cast<int64_t>(order.size()) == n, "batch ", index, " of epoch ", epoch,
       ": expected an order of ", n, " sample ids, found ", order.size());
@@ -101,15 +115,15 @@ Batch Loader::batch(int64_t epoch, int64_t index, const std::vector<int64_t>& or
         id[i], " at position ", begin + i, " of the order is out of range 0..", n - 1);
   }
 
-  torch::Tensor x = data_.images.index_select(0, ids);  // uint8, contiguous
+  torch::Tensor x = pixels(ids, epoch);  // uint8, contiguous
   if (options_.augment()) {
     augment_in_place(x, id, epoch);
   }
-  const int64_t height = data_.height(), width = data_.width();
+  const int64_t height = in_height_, width = in_width_;
   if (out_height_ != height || out_width_ != width) {
     // Pad raw pixels with 0 so the pad reads (0 - mean) / std after normalisation.
     torch::Tensor padded =
-        torch::zeros({count, data_.channels(), out_height_, out_width_}, torch::kUInt8);
+        torch::zeros({count, source_->channels(), out_height_, out_width_}, torch::kUInt8);
     padded.narrow(2, (out_height_ - height) / 2, height)
         .narrow(3, (out_width_ - width) / 2, width)
         .copy_(x);
@@ -127,9 +141,53 @@ Batch Loader::batch(int64_t epoch, int64_t index, const std::vector<int64_t>& or
   } else {
     out.x.mul_(scale_).add_(shift_);
   }
-  out.y = data_.labels.index_select(0, ids);
+  out.y = source_->targets().index_select(0, ids);
   if (options_.pin_memory()) out.y = out.y.pin_memory();
   return out;
+}
+
+torch::Tensor Loader::pixels(const torch::Tensor& ids, int64_t epoch) const {
+  if (gather_) return source_->gather(ids).contiguous();
+  const int64_t count = ids.size(0);
+  torch::Tensor x = torch::empty({count, source_->channels(), in_height_, in_width_}, torch::kUInt8);
+  const int64_t* id = ids.data_ptr<int64_t>();
+  uint8_t* base = x.data_ptr<uint8_t>();
+  const int64_t sample_bytes = x.stride(0);
+  const auto one = [&](int64_t b) { read_sample(id[b], epoch, base + b * sample_bytes); };
+  if (pool_) {
+    pool_->run(count, one);
+  } else {
+    for (int64_t b = 0; b < count; ++b) one(b);
+  }
+  return x;
+}
+
+void Loader::read_sample(int64_t id, int64_t epoch, uint8_t* out) const {
+  const int64_t channels = source_->channels(), height = in_height_, width = in_width_;
+  // Seeded by the sample id, so the draw depends on neither the batch nor the thread.
+  std::mt19937_64 rng(detail::mix_seed(detail::mix_seed(detail::mix_seed(options_.seed(), detail::kCropStream),
+                                                        static_cast<uint64_t>(epoch)), static_cast<uint64_t>(id)));
+  RegionPicker pick;
+  if (options_.resized_crop()) {
+    pick = [&rng](int64_t h, int64_t w) { return random_resized_crop(h, w, rng); };
+  } else if (options_.image_size() > 0) {
+    pick = centre_square;
+  } else {
+    pick = [](int64_t h, int64_t w) { return Region{0, 0, h, w}; };
+  }
+  const torch::Tensor image = source_->read(id, pick, height, width);
+  SP_CHECK(image.defined() && image.dim() == 3 && image.scalar_type() == torch::kUInt8 && image.size(0) == channels,
+           "data set '", source_->name(), "': sample ", id, " read as ",
+           image.defined() ? c10::str(image.scalar_type(), " ", image.sizes()) : std::string("nothing"),
+           "; expected uint8 [", channels, ", H, W]");
+  if (image.size(1) == height && image.size(2) == width) {
+    torch::from_blob(out, {channels, height, width}, torch::kUInt8).copy_(image);
+  } else {
+    SP_CHECK(options_.image_size() > 0 || options_.resized_crop(), "data set '", source_->name(), "': sample ", id,
+             " is ", image.size(1), "x", image.size(2), ", not ", height, "x", width, " as the others");
+    resize_bilinear(image, height, width, out);
+  }
+  if (options_.resized_crop() && (rng() >> 63) != 0) flip_horizontal(out, channels, height, width);
 }
 
 void Loader::augment_in_place(torch::Tensor& x, const int64_t* ids, int64_t epoch) const {
@@ -170,7 +228,7 @@ void Loader::augment_in_place(torch::Tensor& x, const int64_t* ids, int64_t epoc
 }
 
 std::vector<int64_t> Loader::output_shape() const {
-  return {data_.channels(), out_height_, out_width_};
+  return {source_->channels(), out_height_, out_width_};
 }
 
 }  // namespace data

@@ -1,3 +1,5 @@
+#include <chrono>
+
 #include "stalepipe/common/error.h"
 #include "stalepipe/data/loader.h"
 
@@ -29,7 +31,11 @@ void Prefetcher::produce() {
     if (begin_ < end_) {
       const std::vector<int64_t> order = loader_.epoch_order(epoch_);
       for (; index < end_; ++index) {
-        if (!channel_.push(loader_.batch(epoch_, index, order))) {
+        const auto start = std::chrono::steady_clock::now();
+        Batch batch = loader_.batch(epoch_, index, order);
+        busy_ns_ += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count();
+        images_ += batch.x.size(0);
+        if (!channel_.push(std::move(batch))) {
           break;  // closed: the consumer has gone
         }
       }
@@ -39,6 +45,11 @@ void Prefetcher::produce() {
     failed_index_ = index;
   }
   channel_.close();
+}
+
+double Prefetcher::images_per_second() const {
+  const int64_t ns = busy_ns_.load();
+  return ns > 0 ? 1e9 * static_cast<double>(images_.load()) / static_cast<double>(ns) : 0;
 }
 
 std::optional<Batch> Prefetcher::next() {

@@ -13,6 +13,8 @@ namespace detail {
 constexpr uint64_t kShuffleStream = 0x53485546464c45ULL;     // "SHUFFLE"
 constexpr uint64_t kAugmentStream = 0x4155474d454e54ULL;     // "AUGMENT"
 constexpr uint64_t kSyntheticStream = 0x53594e5448ULL;       // "SYNTH"
+constexpr uint64_t kCropStream = 0x43524f50ULL;               // "CROP"
+constexpr uint64_t kSplitStream = 0x53504c4954ULL;            // "SPLIT"
 
 // Steele, Lea and Flood's splitmix64 finaliser: a bijection with good avalanche.
 inline uint64_t splitmix64(uint64_t x) {

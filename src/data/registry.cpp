@@ -14,7 +14,7 @@ namespace data {
 namespace {
 
 std::string valid_specs() {
-  return "fashion-mnist, fashion-mnist:DIR, mnist:DIR, kmnist:DIR, cifar10:DIR, synthetic, "
+  return "fashion-mnist, fashion-mnist:DIR, mnist:DIR, kmnist:DIR, cifar10:DIR, folder:DIR, synthetic, "
          "synthetic:N, synthetic-regression, synthetic-regression:N";
 }
 
@@ -41,7 +41,7 @@ Dataset as_regression(Dataset d) {
 }  // namespace
 
 std::vector<std::string> dataset_names() {
-  return {"fashion-mnist", "mnist", "kmnist", "cifar10", "synthetic", "synthetic-regression"};
+  return {"fashion-mnist", "mnist", "kmnist", "cifar10", "folder", "synthetic", "synthetic-regression"};
 }
 
 DatasetSpec parse_dataset_spec(const std::string& spec) {
@@ -55,7 +55,7 @@ DatasetSpec parse_dataset_spec(const std::string& spec) {
     if (has_arg) parsed.synthetic_train = parse_count(spec, arg);
     return parsed;
   }
-  SP_CHECK_ARG(name == "fashion-mnist" || name == "mnist" || name == "kmnist" || name == "cifar10",
+  SP_CHECK_ARG(name == "fashion-mnist" || name == "mnist" || name == "kmnist" || name == "cifar10" || name == "folder",
       "data set spec '", spec, "': unknown data set '", name, "'; expected one of ", valid_specs());
   parsed.dir = has_arg || name != "fashion-mnist" ? arg : std::string(kFashionMnistDefaultDir);
   SP_CHECK_ARG(!parsed.dir.empty(), "data set spec '", spec, "': ", name, " needs a directory: ", name,
@@ -75,12 +75,29 @@ DataSplit load_dataset(const std::string& spec) {
     if (parsed.name == "synthetic") return split;
     return {as_regression(std::move(split.train)), as_regression(std::move(split.test))};
   }
+  SP_CHECK_ARG(parsed.name != "folder", "data set spec '", spec, "': an image folder is decoded as batches need it, "
+               "not loaded into memory; use load_sources");
   if (spec.find(':') == std::string::npos) {  // the default directory of Debian's package
     std::error_code error;
     SP_CHECK(std::filesystem::is_directory(parsed.dir, error), parsed.dir, ": data set directory does not "
         "exist; install Debian's dataset-fashion-mnist package or pass fashion-mnist:DIR");
   }
   return parsed.name == "cifar10" ? load_cifar10(parsed.dir) : load_idx_dir(parsed.dir, parsed.name);
+}
+
+SourceSplit load_sources(const std::string& spec, const FolderOptions& folder) {
+  const DatasetSpec parsed = parse_dataset_spec(spec);
+  SourceSplit out;
+  if (parsed.name == "folder") {
+    out.scanned = scan_folder(parsed.dir, folder);
+    out.train = out.scanned->train;
+    out.test = out.scanned->test;
+    return out;
+  }
+  DataSplit split = load_dataset(spec);
+  out.train = std::make_shared<TensorSource>(std::move(split.train));
+  out.test = std::make_shared<TensorSource>(std::move(split.test));
+  return out;
 }
 
 }  // namespace data

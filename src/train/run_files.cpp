@@ -83,9 +83,11 @@ EpochSummary metrics_from_json(const nlohmann::json& j) {
 
 }  // namespace
 
-void write_config(const std::string& run_dir, const Options& options, const std::optional<ModelFile>& model_file) {
+void write_config(const std::string& run_dir, const Options& options, const std::optional<ModelFile>& model_file,
+                  const std::optional<DataFolder>& folder) {
   nlohmann::json config = to_json(options);
   if (model_file) add_model_file(config, *model_file);
+  if (folder) add_data_folder(config, *folder);
   write_file_atomic(in_dir(run_dir, "config.json"), config.dump(2) + "\n");
 }
 

@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "model_file.h"
+#include "run_data.h"
 #include "run_files.h"
 #include "run_lock.h"
 #include "common/json_file_impl.h"
@@ -45,6 +46,8 @@ class LoaderSource : public BatchSource {
     ++next_index_;
     return {batch->x, batch->y};
   }
+  // The loader's own rate in the epoch so far (0 before its first batch).
+  double loader_images_per_second() const { return prefetch_ ? prefetch_->images_per_second() : 0; }
 
  private:
   const data::Loader& loader_;
@@ -69,62 +72,38 @@ struct Run {
   // The file RunOptions::model_file names: as it is now for a fresh run, as config.json
   // records it for a resumed one (nullopt there for a run written before it recorded it).
   std::optional<ModelFile> model_file;
-  data::DataSplit data;
-  std::unique_ptr<data::Loader> train_loader, test_loader;
+  // The image folder config.json records, for a resumed run (nullopt for a fresh one).
+  std::optional<DataFolder> recorded_folder;
+  RunData data;
   std::unique_ptr<PipelineTrainer> trainer;
 };
-
-// The named losses take either class indices or float targets; say so before training starts.
-void check_loss_fits(const exec::Loss& loss, const data::Dataset& data) {
-  const bool wants_classes = loss.name() == "cross-entropy" || loss.name() == "nll";
-  if (loss.name() == "custom" || wants_classes == (data.num_classes > 0)) return;
-  throw UsageError(c10::str("OptimizerOptions::loss ", loss.name(), " needs ",
-                            wants_classes ? "class indices" : "float targets",
-                            " but data set ", data.name, " has ",
-                            wants_classes ? "float regression targets; use mse, l1 or smooth-l1"
-                                          : "class indices; use cross-entropy or nll"));
-}
 
 void build(Run& run) {
   Options& o = run.options;
   check_options(o);  // cheap checks before the data is loaded
   const DataOptions& d = o.data();
-  run.data = data::load_dataset(d.dataset());
-  if (d.train_subset() > 0) run.data.train = run.data.train.subset(d.train_subset());
-  if (d.test_subset() > 0) run.data.test = run.data.test.subset(d.test_subset());
-  check_loss_fits(o.optimizer().loss(), run.data.train);
-  auto loader_options = data::LoaderOptions()
-                            .batch_size(d.batch_size())
-                            .shuffle(true)
-                            .drop_last(d.drop_last())
-                            .seed(o.run().seed())
-                            .augment(d.augment())
-                            .pad_to(32)
-                            .normalization(data::compute_normalization(run.data.train))
-                            .pin_memory(!o.pipeline().devices().empty() && o.pipeline().devices()[0].is_cuda());
-  run.train_loader = std::make_unique<data::Loader>(run.data.train, loader_options);
-  run.test_loader = std::make_unique<data::Loader>(
-      run.data.test,
-      loader_options.batch_size(d.eval_batch_size()).shuffle(false).drop_last(false).augment(false));
-  const int64_t last_batch = run.data.train.size() % d.batch_size();
+  const bool cuda_input = !o.pipeline().devices().empty() && o.pipeline().devices()[0].is_cuda();
+  run.data = load_run_data(o.data(), o.optimizer().loss(), o.run().seed(), resolved_data_threads(o), cuda_input,
+                           run.recorded_folder);
+  const int64_t last_batch = run.data.sources.train->size() % d.batch_size();
   const int M = o.pipeline().micro_batches();
   SP_CHECK_ARG(d.drop_last() || last_batch == 0 || last_batch >= M, "PipelineOptions::micro_batches ", M,
                ": the last mini-batch of each epoch has only ", last_batch,
                " samples; set DataOptions::drop_last or another DataOptions::batch_size");
 
-  const auto shape = run.train_loader->output_shape();
+  const auto shape = run.data.train_loader->output_shape();
   models::InputShape input;
   input.channels = shape[0];
   input.height = shape[1];
   input.width = shape[2];
   // The network's output width: the classes, or the regression target's width.
-  const data::Dataset& train = run.data.train;
-  input.num_classes = train.num_classes > 0 ? train.num_classes : train.labels.size(1);
+  const data::SampleSource& train = *run.data.sources.train;
+  input.num_classes = train.num_classes() > 0 ? train.num_classes() : train.targets().size(1);
   if (run.model_file) check_unchanged(*run.model_file);
   if (!o.run().model_file().empty() && !run.model_file) run.model_file = model_file_now(o.run().model_file());
   torch::manual_seed(o.run().seed());
   auto model = make_run_model(o.run(), input, run.model_file);
-  run.trainer = std::make_unique<PipelineTrainer>(std::move(model), o, run.train_loader->batches_per_epoch());
+  run.trainer = std::make_unique<PipelineTrainer>(std::move(model), o, run.data.train_loader->batches_per_epoch());
   if (run.model_file && o.pipeline().executor() == ExecutorKind::kProcesses) {
     check_same_on_every_rank(run.trainer->group(), run.trainer->plan().num_partitions(), *run.model_file);
   }
@@ -132,9 +111,18 @@ void build(Run& run) {
   o.pipeline().ppv(run.trainer->plan().ppv).layout(run.trainer->options().pipeline().layout());
 }
 
+// ", C x H x W, skipped N unreadable images" for the start-up line.
+std::string data_shape_text(const RunData& data) {
+  const auto shape = data.train_loader->output_shape();
+  const auto& scanned = data.sources.scanned;
+  return c10::str(", ", shape[0], "x", shape[1], "x", shape[2],
+                  scanned && !scanned->skipped.empty() ? c10::str(", ", scanned->skipped.size(), " unreadable images left out")
+                                                       : std::string());
+}
+
 // Epochs the run trains (the last may be partial when max_steps cuts it).
 int64_t planned_epochs(const Run& run) {
-  const int64_t spe = run.train_loader->batches_per_epoch();
+  const int64_t spe = run.data.train_loader->batches_per_epoch();
   return (run.trainer->total_steps() + spe - 1) / spe;
 }
 
@@ -148,8 +136,8 @@ void log_setup(Run& run, const std::function<void(const std::string&)>& log) {
   const Options& o = run.options;
   const PipelineInfo& info = t.info();
   log(c10::str("model ", model_label(o.run()), " (", t.model().num_parameters(), " parameters), data ",
-               o.data().dataset(), " (", run.data.train.size(), " train / ", run.data.test.size(), " test), ",
-               run.train_loader->batches_per_epoch(), " steps/epoch, executor ",
+               o.data().dataset(), " (", run.data.sources.train->size(), " train / ", run.data.sources.test->size(),
+               " test", data_shape_text(run.data), "), ", run.data.train_loader->batches_per_epoch(), " steps/epoch, executor ",
                exec::to_string(o.pipeline().executor())));
   for (size_t k = 0; k < info.units.size(); ++k) {
     log(c10::str("  partition ", k + 1, ": units ", info.units[k], ", ", info.parameters[k],
@@ -219,7 +207,8 @@ TrainResult run_training(Run& run, bool resumed, const TrainHooks& hooks) {
   TrainResult result;
   if (!out.empty() && leader) {
     fs::create_directories(out);
-    if (!resumed) write_config(out, o, run.model_file);
+    if (!resumed) write_config(out, o, run.model_file, run.data.folder);
+    if (!resumed) write_skipped_images(out, run.data);
     result.machines = record_sitting(out, resumed ? t.step() : 0, !resumed);
     if (resumed) {
       MetricsHistory history = reload_metrics(out, t.epochs_done(), t.step());
@@ -247,12 +236,14 @@ TrainResult run_training(Run& run, bool resumed, const TrainHooks& hooks) {
   };
   const int64_t epochs = planned_epochs(run);
   if (!o.run().trace().empty()) fit.on_op = trace.callback();
+  LoaderSource train(*run.data.train_loader), test(*run.data.test_loader);
   fit.on_epoch = [&](const EpochSummary& m) {
     result.epochs.push_back(m);
     if (!out.empty() && leader) append_metrics(out, m);
     log(c10::str("epoch ", m.epoch, "/", epochs, "  step ", m.end_step, "  lr ", m.lr,
                  "  train loss ", m.train_loss, accuracy_text(m.train_accuracy), "  test loss ", m.test_loss,
-                 accuracy_text(m.test_accuracy), "  ", static_cast<int64_t>(m.images_per_second), " img/s"));
+                 accuracy_text(m.test_accuracy), "  ", static_cast<int64_t>(m.images_per_second), " img/s (loader ",
+                 static_cast<int64_t>(train.loader_images_per_second()), ")"));
   };
   fit.on_eval = [&](const EvalPoint& p) {
     result.evaluations.push_back(p);
@@ -267,7 +258,6 @@ TrainResult run_training(Run& run, bool resumed, const TrainHooks& hooks) {
     checkpoint_step = step;
     if (hooks.on_checkpoint) hooks.on_checkpoint(step);
   };
-  LoaderSource train(*run.train_loader), test(*run.test_loader);
   FitResult fitted;
   try {
     fitted = t.fit(train, fit, &test);
@@ -351,6 +341,7 @@ TrainResult resume(const std::string& run_dir, const TrainHooks& hooks, const ex
   Run run;
   run.options = read_run_config(run_dir);
   run.model_file = recorded_model_file(run_dir);
+  run.recorded_folder = recorded_data_folder(run_dir);
   run.options.pipeline().group(group);
   const auto lock = lock_run(run.options);  // read_run_config has checked that run_dir is a run
   const auto info = exec::read_checkpoint_info(run_dir);
@@ -365,11 +356,12 @@ EvalResult evaluate_run(const std::string& run_dir, int threads) {
   Run run;
   run.options = read_run_config(run_dir);
   run.model_file = recorded_model_file(run_dir);
+  run.recorded_folder = recorded_data_folder(run_dir);
   run.options.pipeline().executor(ExecutorKind::kEmulated);  // every partition here
   if (threads > 0) run.options.pipeline().threads(threads);
   build(run);
   run.trainer->load(run_dir);
-  LoaderSource test(*run.test_loader);
+  LoaderSource test(*run.data.test_loader);
   return run.trainer->evaluate(test);
 }
 

@@ -32,19 +32,6 @@ const std::vector<std::string> kSmallRun = {"train", "--data", "synthetic:256", 
                                             "--epochs", "2", "--pipeline", "2", "--threads", "2",
                                             "--checkpoint-every", "4", "--progress", "none"};
 
-std::vector<std::string> with(std::vector<std::string> base, const std::vector<std::string>& more) {
-  base.insert(base.end(), more.begin(), more.end());
-  return base;
-}
-
-void expect_one_line_error(const CliResult& r, int status, const std::string& fragment) {
-  EXPECT_EQ(r.status, status) << r.err;
-  EXPECT_NE(r.err.find("stalepipe: error: "), std::string::npos) << r.err;
-  EXPECT_NE(r.err.find(fragment), std::string::npos) << r.err;
-  const std::string error = r.err.substr(r.err.find("stalepipe: error: "));
-  EXPECT_EQ(std::count(error.begin(), error.end(), '\n'), 1) << "not one line: " << r.err;
-}
-
 TEST(Cli, UsageErrorsExitTwo) {
   expect_one_line_error(run_cli(with(kSmallRun, {"--batch-size", "0"})), 2, "--batch-size must be >= 1, got 0");
   expect_one_line_error(run_cli(with(kSmallRun, {"--lr", "-0.1"})), 2, "--lr must be a positive number");
@@ -368,14 +355,6 @@ TEST(Cli, BenchProcessesReportsTheMedianOfAlternatedRuns) {
   EXPECT_NE(bench.out.find("medians of 3 alternated runs"), std::string::npos) << bench.out;
   expect_one_line_error(run_cli({"bench", "--processes", "--processes-repeats", "0"}), 2,
                         "--processes-repeats");
-}
-
-// Waits until the run has written its first checkpoint.
-void wait_for_checkpoint(const std::string& dir) {
-  for (int i = 0; i < 1200 && !fs::exists(dir + "/checkpoint/manifest.json"); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  ASSERT_TRUE(fs::exists(dir + "/checkpoint/manifest.json"));
 }
 
 nlohmann::json summary(const std::string& dir) {

@@ -4,7 +4,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
 #include <fstream>
+#include <thread>
+
+#include <gtest/gtest.h>
 #include <sstream>
 
 #include "support/temp_dir.h"
@@ -58,6 +64,26 @@ CliResult run_cli(const std::vector<std::string>& args, const std::string& cwd) 
   r.out = slurp(dir.path() + "/out");
   r.err = slurp(dir.path() + "/err");
   return r;
+}
+
+std::vector<std::string> with(std::vector<std::string> base, const std::vector<std::string>& more) {
+  base.insert(base.end(), more.begin(), more.end());
+  return base;
+}
+
+void expect_one_line_error(const CliResult& r, int status, const std::string& fragment) {
+  EXPECT_EQ(r.status, status) << r.err;
+  EXPECT_NE(r.err.find("stalepipe: error: "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find(fragment), std::string::npos) << r.err;
+  const std::string error = r.err.substr(r.err.find("stalepipe: error: "));
+  EXPECT_EQ(std::count(error.begin(), error.end(), '\n'), 1) << "not one line: " << r.err;
+}
+
+void wait_for_checkpoint(const std::string& dir) {
+  for (int i = 0; i < 1200 && !std::filesystem::exists(dir + "/checkpoint/manifest.json"); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_TRUE(std::filesystem::exists(dir + "/checkpoint/manifest.json"));
 }
 
 }  // namespace stalepipe::test

@@ -23,4 +23,11 @@ pid_t start_cli(const std::vector<std::string>& args, const std::string& out_pat
 // Waits for pid; returns its exit status, or 128 + signal.
 int wait_cli(pid_t pid);
 
+// `base` followed by `more`.
+std::vector<std::string> with(std::vector<std::string> base, const std::vector<std::string>& more);
+// The run exited with `status` and one line "stalepipe: error: ..." holding `fragment`.
+void expect_one_line_error(const CliResult& r, int status, const std::string& fragment);
+// Waits until the run in `dir` has written its first checkpoint.
+void wait_for_checkpoint(const std::string& dir);
+
 }  // namespace stalepipe::test

@@ -69,13 +69,30 @@ struct TrainingPoint {
 // PipelineTrainer's own loops take any loader). dataset: data/registry.h.
 #define SP_DATA_OPTION_FIELDS(X)                                                                   \
   X(std::string, dataset, "fashion-mnist", "data", Plain,                                          \
-    "fashion-mnist[:DIR] | mnist:DIR | kmnist:DIR | cifar10:DIR | synthetic[:N] | synthetic-regression[:N]") \
+    "fashion-mnist[:DIR] | mnist:DIR | kmnist:DIR | cifar10:DIR | folder:DIR | synthetic[:N] | synthetic-regression[:N]") \
   X(int64_t, train_subset, 0, "train_subset", Plain, "train on the first N samples (0: all)")       \
   X(int64_t, test_subset, 0, "test_subset", Plain, "evaluate on the first N test samples (0: all)") \
   X(bool, augment, false, "augment", Plain, "random 4-pixel-padded crop and horizontal flip")      \
   X(bool, drop_last, false, "drop_last", Plain, "drop the last partial batch of each epoch")       \
   X(int64_t, batch_size, 128, "batch_size", Plain, "mini-batch size")                              \
-  X(int64_t, eval_batch_size, 1000, "eval_batch_size", Plain, "batch size for evaluation")
+  X(int64_t, eval_batch_size, 1000, "eval_batch_size", Plain, "batch size for evaluation")             \
+  X(int64_t, image_size, 0, "image_size", Plain,                                                   \
+    "resize each image (shorter side) and centre-crop it to S x S (0: as stored)")                 \
+  X(bool, resized_crop, false, "resized_crop", Plain,                                              \
+    "training images: RandomResizedCrop (scale 0.08-1, ratio 3/4-4/3) and a horizontal flip instead of the centre crop") \
+  X(double, val_fraction, 0, "val_fraction", Plain,                                                \
+    "folder:DIR without train/: hold out this fraction of each class for validation")              \
+  X(bool, skip_bad_images, false, "skip_bad_images", Plain,                                        \
+    "folder:DIR: decode every image first and train without those that cannot be read (listed in skipped-images.txt)") \
+  X(double, max_megapixels, 100, "max_megapixels", Plain, "folder:DIR: refuse images above this many megapixels") \
+  X(std::vector<double>, norm_mean, {}, "norm_mean", Plain,                                        \
+    "per-channel mean of pixel/255 to normalise with (default: measured on the training split)")   \
+  X(std::vector<double>, norm_std, {}, "norm_std", Plain,                                          \
+    "per-channel standard deviation of pixel/255 to normalise with (with DataOptions::norm_mean)") \
+  X(int, data_threads, 0, "data_threads", Plain,                                                   \
+    "threads decoding images (0: the cores PipelineOptions::threads leaves free, at least 1)")      \
+  X(std::string, cache_images, "", "cache_images", Plain,                                          \
+    "folder:DIR: decode each split once into a file in this folder, and read the pixels from there in every run that matches")
 
 // How the model is cut and run.
 // ppv: registers right after these weight layers (1-based, increasing; models/model.h); empty =

@@ -9,16 +9,27 @@
 // Batch layout: x is float32 [B, C, H', W'] on the CPU (page-locked with pin_memory), y is int64 [B]; B == batch_size except
 // for a partial last batch when drop_last is false. H', W' are H, W raised to pad_to.
 //
-// Pipeline per batch: gather the samples (uint8), augment (optional), zero-pad to pad_to
-// (optional; raw pixel 0, so the pad reads (0 - mean) / std after normalisation), then
-// x = (pixel / 255 - mean[c]) / std[c], or pixel / 255 without normalisation.
+// Pipeline per batch: take the samples (uint8) from the source, each at the output size
+// (below), augment (optional), zero-pad to pad_to (optional; raw pixel 0, so the pad reads
+// (0 - mean) / std after normalisation), then x = (pixel / 255 - mean[c]) / std[c], or
+// pixel / 255 without normalisation.
+//
+// Output size: with image_size S, each sample's region is resized (antialiased bilinear) to
+// S x S: the centred square of its shorter side (torchvision's Resize(S) + CenterCrop(S)), or
+// with resized_crop a RandomResizedCrop region (scale 0.08-1, ratio 3/4-4/3) flipped left to
+// right with probability 1/2, drawn from a generator seeded by (seed, epoch, sample id).
+// With image_size 0 samples keep their stored size, which must be one size for all.
+// A source held in memory at the output size (TensorSource) is gathered in one copy; any
+// other is read sample by sample on `threads` threads (the caller's among them).
 //
 // Thread safety: every const member of Loader may be called from several threads at once.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <exception>
+#include <memory>
 #include <optional>
 #include <thread>
 #include <vector>
@@ -29,6 +40,7 @@
 #include "stalepipe/common/channel.h"
 #include "stalepipe/data/dataset.h"
 #include "stalepipe/data/normalize.h"
+#include "stalepipe/data/source.h"
 
 namespace stalepipe {
 namespace data {
@@ -53,7 +65,17 @@ struct LoaderOptions {
   // Batches in page-locked host memory (as PyTorch's DataLoader pin_memory), for a CUDA
   // partition's asynchronous copy; needs a CUDA LibTorch. The values are the same.
   TORCH_ARG(bool, pin_memory) = false;
+  // Output size S x S (0: as stored; see above).
+  TORCH_ARG(int64_t, image_size) = 0;
+  // RandomResizedCrop and a horizontal flip instead of the centred square (training).
+  TORCH_ARG(bool, resized_crop) = false;
+  // Threads that read a batch's samples where the source decodes them (>= 1).
+  TORCH_ARG(int, threads) = 1;
 };
+
+namespace detail {
+class DecodePool;
+}
 
 struct Batch {
   int64_t epoch = 0;
@@ -66,9 +88,13 @@ class Loader {
  public:
   // Throws UsageError for batch_size < 1, an empty or malformed data set (images must be
   // uint8 [N, C, H, W] on the CPU, labels int64 [N]), pad_to < 0, a normalisation whose size
-  // differs from the channel count or has a std <= 0, or drop_last with fewer samples than
-  // one batch (no batch at all).
+  // differs from the channel count or has a std <= 0, drop_last with fewer samples than
+  // one batch (no batch at all), image_size < 0, threads < 1, or image_size 0 with samples
+  // stored at different sizes.
+  Loader(std::shared_ptr<const SampleSource> source, LoaderOptions options);
+  // The in-memory data set as a TensorSource.
   Loader(Dataset data, LoaderOptions options);
+  ~Loader();
 
   // ceil(N / batch_size), or floor when drop_last; always >= 1.
   int64_t batches_per_epoch() const;
@@ -86,18 +112,29 @@ class Loader {
   // Convenience: computes epoch_order(epoch) first (O(N)).
   Batch batch(int64_t epoch, int64_t index) const;
 
-  const Dataset& data() const { return data_; }
+  // Samples `ids` (int64 [B]) as the batch of `epoch` takes them, before augmentation,
+  // padding and normalisation: uint8 [B, C, S, S], contiguous (S: the output size).
+  torch::Tensor pixels(const torch::Tensor& ids, int64_t epoch) const;
+
+  const SampleSource& source() const { return *source_; }
+  std::shared_ptr<const SampleSource> shared_source() const { return source_; }
   const LoaderOptions& options() const { return options_; }
 
   // {C, H', W'}: the shape of one sample in x.
   std::vector<int64_t> output_shape() const;
 
  private:
+  // Reads and resizes sample `id` into `out` (contiguous [C, S, S]).
+  void read_sample(int64_t id, int64_t epoch, uint8_t* out) const;
   // Augments `x` (uint8 [B, C, H, W], contiguous) in place, sample b using ids[b].
   void augment_in_place(torch::Tensor& x, const int64_t* ids, int64_t epoch) const;
 
-  Dataset data_;
+  std::shared_ptr<const SampleSource> source_;
   LoaderOptions options_;
+  int64_t in_height_;  // the size of a sample before padding
+  int64_t in_width_;
+  bool gather_;        // the source gathers samples at the output size in one copy
+  std::unique_ptr<detail::DecodePool> pool_;
   int64_t out_height_;
   int64_t out_width_;
   torch::Tensor scale_;  // float32 [1, C, 1, 1]: 1 / (255 * std)
@@ -125,6 +162,10 @@ class Prefetcher {
   // epoch, the batch index and the original message.
   std::optional<Batch> next();
 
+  // Images made per second of the producer's own work (time spent waiting for room in the
+  // channel left out): the loader's rate, to set beside training's. 0 before a batch.
+  double images_per_second() const;
+
  private:
   void produce();
 
@@ -137,8 +178,15 @@ class Prefetcher {
   // pop() returned nullopt, which the channel's mutex orders after the close.
   std::exception_ptr error_;
   int64_t failed_index_ = -1;
+  std::atomic<int64_t> images_{0};
+  std::atomic<int64_t> busy_ns_{0};
   std::thread thread_;
 };
+
+// compute_normalization (normalize.h) over the pixels `source` gives through a loader with
+// `options` at its output size, without normalisation, augmentation, random crops or padding
+// (for resized images: the centred squares), in one pass on options.threads threads.
+Normalization compute_normalization(std::shared_ptr<const SampleSource> source, LoaderOptions options);
 
 }  // namespace data
 }  // namespace stalepipe

@@ -9,6 +9,8 @@
 //   synthetic:N             N train samples and max(1, N/4) test samples
 //   synthetic-regression[:N] the same images, each with a regression target instead of a
 //                           class: its mean pixel value in [0, 1], float [N, 1] (num_classes 0)
+//   folder:DIR              JPEG and PNG images in class folders (data/folder.h), decoded
+//                           as batches need them: load_sources only
 #pragma once
 
 #include <cstdint>
@@ -16,6 +18,8 @@
 #include <vector>
 
 #include "stalepipe/data/dataset.h"
+#include "stalepipe/data/folder.h"
+#include "stalepipe/data/source.h"
 
 namespace stalepipe {
 namespace data {
@@ -32,10 +36,19 @@ struct DatasetSpec {
 // Parses `spec` (the disk is not touched). Throws UsageError as load_dataset does.
 DatasetSpec parse_dataset_spec(const std::string& spec);
 
-// Loads the data set named by `spec`. Throws UsageError for an unknown name (listing the valid
-// ones), a missing DIR where one is required, or a bad N; RuntimeError when DIR does not exist
-// or its files are missing or corrupt.
+// Loads the data set named by `spec` into memory. Throws UsageError for an unknown name
+// (listing the valid ones), a missing DIR where one is required, a bad N, or folder:DIR (see
+// load_sources); RuntimeError when DIR does not exist or its files are missing or corrupt.
 DataSplit load_dataset(const std::string& spec);
+
+// Any data set as sources: the in-memory ones as TensorSources, folder:DIR scanned with
+// `folder` (then `scanned` holds the scan: classes, fingerprint, skipped files).
+struct SourceSplit {
+  std::shared_ptr<const SampleSource> train;
+  std::shared_ptr<const SampleSource> test;
+  std::optional<Folder> scanned;
+};
+SourceSplit load_sources(const std::string& spec, const FolderOptions& folder = {});
 
 // The valid names, in the order the help text lists them.
 std::vector<std::string> dataset_names();

@@ -30,7 +30,7 @@ class TorchDataset : public torch::data::datasets::Dataset<TorchDataset> {
   explicit TorchDataset(data::Dataset data, Normalization normalization = {}, int64_t pad_to = 0)
       : loader_(std::move(data), LoaderOptions().batch_size(1).shuffle(false).pad_to(pad_to)
                                      .normalization(std::move(normalization))),
-        order_(static_cast<size_t>(loader_.data().size())) {
+        order_(static_cast<size_t>(loader_.source().size())) {
     std::iota(order_.begin(), order_.end(), int64_t{0});
   }
 

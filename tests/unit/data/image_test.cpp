@@ -447,9 +447,18 @@ TEST(ImageTest, TruncatedImagesAreFoundByProbeAndRefusedByDecode) {
   Bytes padded = jpeg;
   padded.insert(padded.end(), 5, 0);
   EXPECT_TRUE(decode(padded, 3).equal(decode(jpeg, 3)));
+  // So is a camera's trailer after it, but an EXIF thumbnail's end marker (before the scan)
+  // does not make a cut file complete.
+  Bytes trailer = jpeg;
+  trailer.insert(trailer.end(), {'S', 'E', 'F', 'T', 1, 2, 3});
+  EXPECT_TRUE(decode(trailer, 3).equal(decode(jpeg, 3)));
+  Bytes cut_after_scan(jpeg.begin(), jpeg.begin() + jpeg.size() / 2);
+  cut_after_scan.insert(cut_after_scan.end(), {1, 2, 3});
+  EXPECT_TRUE(throws_with<RuntimeError>([&] { probe(cut_after_scan, "cats/3.jpg"); }, {"cats/3.jpg: truncated JPEG"}));
   // Cut in the middle of the scan and given an end marker again: the header and the trailer
   // look fine, the scan stops early, which libjpeg reports as a warning only.
-  Bytes patched(jpeg.begin(), jpeg.begin() + jpeg.size() * 2 / 3);
+  const Bytes big = encode_jpeg(smooth(3, 120, 160), 90);  // its scan data is most of it
+  Bytes patched(big.begin(), big.begin() + big.size() * 2 / 3);
   patched.insert(patched.end(), {0xff, 0xd9});
   EXPECT_NO_THROW(probe(patched));
   EXPECT_TRUE(throws_with<RuntimeError>([&] { decode(patched, 3, "cats/2.jpg"); }, {"cats/2.jpg: ", " JPEG ("}));

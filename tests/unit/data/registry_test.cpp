@@ -14,7 +14,7 @@ using test::throws_with;
 
 TEST(RegistryTest, Names) {
   EXPECT_EQ(dataset_names(),
-      (std::vector<std::string>{"fashion-mnist", "mnist", "kmnist", "cifar10", "synthetic",
+      (std::vector<std::string>{"fashion-mnist", "mnist", "kmnist", "cifar10", "folder", "synthetic",
                                "synthetic-regression"}));
 }
 

@@ -1,0 +1,117 @@
+#include "stalepipe/data/source.h"
+
+#include "data/decode_pool_impl.h"
+#include "stalepipe/common/error.h"
+
+namespace stalepipe {
+namespace data {
+namespace {
+
+void check_region(const Region& r, int64_t height, int64_t width, const std::string& what) {
+  SP_CHECK_ARG(r.top >= 0 && r.left >= 0 && r.height >= 1 && r.width >= 1 && r.top + r.height <= height &&
+                   r.left + r.width <= width,
+               what, ": region ", r.height, "x", r.width, " at (", r.top, ", ", r.left, ") is not inside its ",
+               height, "x", width, " pixels");
+}
+
+// The first n samples of another source.
+class FirstSamples : public SampleSource {
+ public:
+  FirstSamples(std::shared_ptr<const SampleSource> source, int64_t n)
+      : source_(std::move(source)), n_(n), targets_(source_->targets().narrow(0, 0, n)) {}
+  const std::string& name() const override { return source_->name(); }
+  int64_t size() const override { return n_; }
+  int64_t channels() const override { return source_->channels(); }
+  int64_t num_classes() const override { return source_->num_classes(); }
+  const torch::Tensor& targets() const override { return targets_; }
+  std::optional<std::pair<int64_t, int64_t>> common_size() const override { return source_->common_size(); }
+  torch::Tensor read(int64_t i, const RegionPicker& pick, int64_t min_height, int64_t min_width) const override {
+    return source_->read(i, pick, min_height, min_width);
+  }
+  bool gathers() const override { return source_->gathers(); }
+  torch::Tensor gather(const torch::Tensor& ids) const override { return source_->gather(ids); }
+
+ private:
+  std::shared_ptr<const SampleSource> source_;
+  int64_t n_;
+  torch::Tensor targets_;
+};
+
+}  // namespace
+
+torch::Tensor SampleSource::gather(const torch::Tensor&) const {
+  throw UsageError(c10::str("data set '", name(), "' reads its samples one by one; it has no gather()"));
+}
+
+torch::Tensor DecodingSource::read(int64_t i, const RegionPicker& pick, int64_t, int64_t) const {
+  torch::Tensor image = decode(i);
+  SP_CHECK(image.defined() && image.dim() == 3 && image.scalar_type() == torch::kUInt8 && image.size(0) == channels(),
+           "data set '", name(), "': sample ", i, " decoded to ",
+           image.defined() ? c10::str(image.scalar_type(), " ", image.sizes()) : std::string("nothing"),
+           "; expected uint8 [", channels(), ", H, W]");
+  const Region r = pick(image.size(1), image.size(2));
+  check_region(r, image.size(1), image.size(2), c10::str("data set '", name(), "', sample ", i));
+  return image.narrow(1, r.top, r.height).narrow(2, r.left, r.width);
+}
+
+TensorSource::TensorSource(Dataset data) : data_(std::move(data)) {
+  const torch::Tensor& images = data_.images;
+  const torch::Tensor& labels = data_.labels;
+  SP_CHECK_ARG(images.defined() && images.dim() == 4 && images.scalar_type() == torch::kUInt8 &&
+      images.device().is_cpu(), "data set '", data_.name, "': expected uint8 CPU images of shape "
+      "[N, C, H, W], found ", images.defined() ? c10::str(images.scalar_type(), " ",
+      images.sizes(), " on ", images.device()) : std::string("no images"));
+  const bool classes = data_.num_classes > 0;
+  SP_CHECK_ARG(labels.defined() && labels.dim() == (classes ? 1 : 2) &&
+      labels.scalar_type() == (classes ? torch::kInt64 : torch::kFloat) && labels.size(0) == data_.size(),
+      "data set '", data_.name, "': expected ", classes ? "int64 labels of shape [" : "float targets of shape [",
+      data_.size(), classes ? "]" : ", D] (no classes)", ", found ", labels.defined() ? c10::str(labels.scalar_type(), " ",
+      labels.sizes()) : std::string("no labels"));
+  data_.images = images.contiguous();
+}
+
+std::optional<std::pair<int64_t, int64_t>> TensorSource::common_size() const {
+  return std::make_pair(data_.height(), data_.width());
+}
+
+torch::Tensor TensorSource::read(int64_t i, const RegionPicker& pick, int64_t, int64_t) const {
+  SP_CHECK_ARG(i >= 0 && i < size(), "data set '", name(), "': sample ", i, " is out of range 0..", size() - 1);
+  const Region r = pick(data_.height(), data_.width());
+  check_region(r, data_.height(), data_.width(), c10::str("data set '", name(), "', sample ", i));
+  return data_.images[i].narrow(1, r.top, r.height).narrow(2, r.left, r.width);
+}
+
+torch::Tensor TensorSource::gather(const torch::Tensor& ids) const {
+  return data_.images.index_select(0, ids);
+}
+
+std::shared_ptr<const SampleSource> first_samples(std::shared_ptr<const SampleSource> source, int64_t n) {
+  SP_CHECK_ARG(source, "first_samples: no source");
+  SP_CHECK_ARG(n >= 0 && n <= source->size(), "data set '", source->name(), "': cannot take the first ", n,
+               " of its ", source->size(), " samples");
+  if (n == source->size()) return source;
+  return std::make_shared<FirstSamples>(std::move(source), n);
+}
+
+Dataset preload(const SampleSource& source, int threads) {
+  const auto size = source.common_size();
+  SP_CHECK_ARG(size, "data set '", source.name(), "': its images differ in size; preload needs one size");
+  const auto [height, width] = *size;
+  Dataset out;
+  out.name = source.name();
+  out.num_classes = source.num_classes();
+  out.labels = source.targets();
+  out.images = torch::empty({source.size(), source.channels(), height, width}, torch::kUInt8);
+  const RegionPicker whole = [](int64_t h, int64_t w) { return Region{0, 0, h, w}; };
+  detail::DecodePool pool(threads);
+  pool.run(source.size(), [&](int64_t i) {
+    torch::Tensor image = source.read(i, whole, 0, 0);
+    SP_CHECK(image.size(1) == height && image.size(2) == width, "data set '", source.name(), "': sample ", i, " is ",
+             image.size(1), "x", image.size(2), ", not ", height, "x", width);
+    out.images[i].copy_(image);
+  });
+  return out;
+}
+
+}  // namespace data
+}  // namespace stalepipe
