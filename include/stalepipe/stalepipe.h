@@ -2,7 +2,7 @@
 // One include for users; docs/api.md is the tour.
 //
 //   models::ModelBuilder   your LibTorch modules as an ordered list of units (model_builder.h)
-//   models::make_model     the zoo: lenet5, alexnet, vgg16, resnet<6n+2> (zoo.h)
+//   models::make_model     the zoo: lenet5, alexnet, vgg16, resnet18, resnet<6n+2> (zoo.h)
 //   PipelineOptions        where the registers go, schedule, executor, devices, SGD
 //   PipelineTrainer        fit / feed+flush / evaluate / save+load (pipeline_trainer.h)
 //   data::load_dataset     Fashion-MNIST, MNIST, CIFAR-10, synthetic (data/registry.h)

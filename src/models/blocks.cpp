@@ -60,7 +60,12 @@ void ConvBlockImpl::reset() {
     bn = register_module("bn", torch::nn::BatchNorm2d(options.out_channels()));
   }
   if (options.max_pool() > 0) {
-    pool = register_module("pool", torch::nn::MaxPool2d(options.max_pool()));
+    const int64_t stride = options.max_pool_stride() > 0 ? options.max_pool_stride()
+                                                         : options.max_pool();
+    pool = register_module("pool", torch::nn::MaxPool2d(
+                                       torch::nn::MaxPool2dOptions(options.max_pool())
+                                           .stride(stride)
+                                           .padding(options.max_pool_padding())));
   }
 }
 
@@ -72,7 +77,9 @@ torch::Tensor ConvBlockImpl::forward(torch::Tensor input) {
   // our own intermediate, never the unit input, so it may change in place.
   const bool relu = !bn;
   if (!pool) return relu ? x.relu_() : x;
-  if (options.max_pool() == 2) return max_pool_2x2(x, relu);
+  const bool plain_2x2 = options.max_pool() == 2 && options.max_pool_padding() == 0 &&
+                        (options.max_pool_stride() == 0 || options.max_pool_stride() == 2);
+  if (plain_2x2) return max_pool_2x2(x, relu);
   return relu ? pool(x).relu_() : pool(x);
 }
 
@@ -113,23 +120,31 @@ double LinearBlockImpl::forward_flops(const std::vector<int64_t>& /*input_shape*
 }
 
 // ---------------------------------------------------------------------------------------------
-BasicBlockImpl::BasicBlockImpl(int64_t in_planes_, int64_t planes_, int64_t stride_)
-    : in_planes(in_planes_), planes(planes_), stride(stride_) {
+BasicBlockImpl::BasicBlockImpl(int64_t in_planes_, int64_t planes_, int64_t stride_,
+                               Shortcut shortcut_kind_)
+    : in_planes(in_planes_), planes(planes_), stride(stride_), shortcut_kind(shortcut_kind_) {
   reset();
 }
 
 void BasicBlockImpl::reset() {
-  SP_CHECK_ARG(planes >= in_planes && stride >= 1,
-               "BasicBlock: option-A shortcut needs planes >= in_planes and stride >= 1, got ",
-               in_planes, " -> ", planes, " stride ", stride);
-  auto conv3x3 = [](int64_t in, int64_t out, int64_t stride) {
+  SP_CHECK_ARG(in_planes >= 1 && planes >= 1 && stride >= 1,
+               "BasicBlock: channels and stride must be >= 1, got ", in_planes, " -> ", planes,
+               " stride ", stride);
+  SP_CHECK_ARG(planes >= in_planes || shortcut_kind == Shortcut::kProjection,
+               "BasicBlock: option-A shortcut needs planes >= in_planes, got ", in_planes, " -> ",
+               planes);
+  auto conv = [](int64_t in, int64_t out, int64_t kernel, int64_t stride) {
     return torch::nn::Conv2d(
-        torch::nn::Conv2dOptions(in, out, 3).stride(stride).padding(1).bias(false));
+        torch::nn::Conv2dOptions(in, out, kernel).stride(stride).padding(kernel / 2).bias(false));
   };
-  conv1 = register_module("conv1", conv3x3(in_planes, planes, stride));
+  conv1 = register_module("conv1", conv(in_planes, planes, 3, stride));
   bn1 = register_module("bn1", torch::nn::BatchNorm2d(planes));
-  conv2 = register_module("conv2", conv3x3(planes, planes, 1));
+  conv2 = register_module("conv2", conv(planes, planes, 3, 1));
   bn2 = register_module("bn2", torch::nn::BatchNorm2d(planes));
+  if (shortcut_kind == Shortcut::kProjection && changes_shape()) {
+    shortcut_conv = register_module("shortcut_conv", conv(in_planes, planes, 1, stride));
+    shortcut_bn = register_module("shortcut_bn", torch::nn::BatchNorm2d(planes));
+  }
 }
 
 namespace {
@@ -189,9 +204,12 @@ torch::Tensor option_a_shortcut(const torch::Tensor& input, int64_t stride, int6
   return OptionAShortcut::apply(input, stride, planes);
 }
 
-torch::Tensor BasicBlockImpl::shortcut(const torch::Tensor& input) const {
-  if (stride == 1 && planes == in_planes) {
+torch::Tensor BasicBlockImpl::shortcut(const torch::Tensor& input) {
+  if (!changes_shape()) {
     return input;
+  }
+  if (shortcut_conv) {
+    return shortcut_bn(shortcut_conv(input));
   }
   return option_a_shortcut(input, stride, planes);
 }
@@ -205,7 +223,8 @@ double BasicBlockImpl::forward_flops(const std::vector<int64_t>& input_shape) co
   const double first = conv2d_flops(*conv1, input_shape);
   const std::vector<int64_t> mid = {planes, conv_output_size(input_shape[1], 3, stride, 1),
                                     conv_output_size(input_shape[2], 3, stride, 1)};
-  return first + conv2d_flops(*conv2, mid);
+  const double projection = shortcut_conv ? conv2d_flops(*shortcut_conv, input_shape) : 0.0;
+  return first + conv2d_flops(*conv2, mid) + projection;
 }
 
 }  // namespace stalepipe::models

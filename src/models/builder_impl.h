@@ -36,5 +36,11 @@ Model make_alexnet(const InputShape& input, double dropout);  // dropout: ZooOpt
 Model make_vgg16(const InputShape& input, double dropout);
 // Throws UsageError unless depth = 6n+2 with n >= 1.
 Model make_resnet_cifar(int64_t depth, const InputShape& input);
+// torchvision's ImageNet ResNet-18; throws UsageError for an input under 32x32.
+Model make_resnet18(const InputShape& input);
+
+// The ResNet depths the zoo builds, for error messages.
+constexpr const char* kResNetDepths =
+    "ResNet depth must be 6n+2 (8, 14, 20, 26, 32, ...) or 18 (the ImageNet ResNet-18)";
 
 }  // namespace stalepipe::models::detail

@@ -48,15 +48,14 @@ int64_t parse_resnet_depth(const std::string& name) {
   for (char c : suffix) {
     digits = digits && std::isdigit(static_cast<unsigned char>(c));
   }
-  SP_CHECK_ARG(digits, "model ", name,
-               ": ResNet depth must be 6n+2 (8, 14, 20, 26, 32, ...), got '", suffix, "'");
+  SP_CHECK_ARG(digits, "model ", name, ": ", detail::kResNetDepths, ", got '", suffix, "'");
   return std::stoll(suffix);
 }
 
 }  // namespace
 
 std::vector<std::string> model_names() {
-  return {"lenet5", "alexnet", "vgg16", "resnet<6n+2>"};
+  return {"lenet5", "alexnet", "vgg16", "resnet18", "resnet<6n+2>"};
 }
 
 bool has_dropout_placement(const std::string& name) { return name == "alexnet" || name == "vgg16"; }
@@ -85,7 +84,9 @@ Model make_model(const std::string& name, const InputShape& input, const ZooOpti
     return detail::make_vgg16(input, options.dropout());
   }
   if (name.rfind(kResNetPrefix, 0) == 0) {
-    return detail::make_resnet_cifar(parse_resnet_depth(name), input);
+    // 18 is no 6n+2, so the ImageNet ResNet-18 shares no name with a CIFAR ResNet.
+    const int64_t depth = parse_resnet_depth(name);
+    return depth == 18 ? detail::make_resnet18(input) : detail::make_resnet_cifar(depth, input);
   }
   throw UsageError(c10::str("unknown model '", name, "'; expected one of: ", joined_names(),
                             " (e.g. resnet20, resnet56, resnet110)"));

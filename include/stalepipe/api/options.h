@@ -183,7 +183,7 @@ struct TrainingPoint {
 // step goes on. eval_every: the pipeline drains there, as at an epoch end. targets change
 // nothing in training.
 #define SP_RUN_OPTION_FIELDS(X)                                                                    \
-  X(std::string, model, "lenet5", "model", Plain, "lenet5 | alexnet | vgg16 | resnet<6n+2> (resnet20, resnet56, ...)") \
+  X(std::string, model, "lenet5", "model", Plain, "lenet5 | alexnet | vgg16 | resnet18 | resnet<6n+2> (resnet20, resnet56, ...)") \
   X(double, dropout, 0, "dropout", Plain,                                                          \
     "alexnet, vgg16: dropout probability before each hidden fc layer (0: none)")                   \
   X(std::string, model_file, "", "model_file", Plain,                                              \

@@ -57,8 +57,11 @@ struct ConvBlockOptions {
   TORCH_ARG(int64_t, stride) = 1;
   TORCH_ARG(int64_t, padding) = 0;
   TORCH_ARG(bool, batch_norm) = false;
-  // Kernel (= stride) of a max pool after the ReLU; 0 = no pooling.
+  // Kernel of a max pool after the ReLU; 0 = no pooling.
   TORCH_ARG(int64_t, max_pool) = 0;
+  // That pool's stride (0: the kernel size) and padding (ImageNet ResNet's stem: 3, 2, 1).
+  TORCH_ARG(int64_t, max_pool_stride) = 0;
+  TORCH_ARG(int64_t, max_pool_padding) = 0;
 };
 
 class ConvBlockImpl : public torch::nn::Cloneable<ConvBlockImpl>, public FlopCounted {
@@ -105,17 +108,26 @@ class LinearBlockImpl : public torch::nn::Cloneable<LinearBlockImpl>, public Flo
 TORCH_MODULE(LinearBlock);
 
 // ---------------------------------------------------------------------------------------------
-// BasicBlock of the CIFAR ResNets (He et al. 2016, sec. 4.2):
+// How a BasicBlock's shortcut matches a change of shape (stride or channels).
+enum class Shortcut {
+  // Parameter-free (He et al. 2016, option A; the CIFAR ResNets): x subsampled by `stride` and
+  // padded with zero channels ((planes - in_planes) / 2 in front, the rest behind), as in the
+  // common CIFAR implementations. Requires planes >= in_planes.
+  kZeroPad,
+  // A 1x1 conv with `stride` (no bias) + BatchNorm2d (option B; torchvision's ResNets).
+  kProjection,
+};
+
+// BasicBlock of the ResNets (He et al. 2016):
 //   out = relu(bn2(conv2(relu(bn1(conv1(x))))) + shortcut(x))
-// conv1 is 3x3 with `stride`, conv2 3x3 stride 1, both without bias. The shortcut is option A,
-// parameter-free: identity when shapes agree, otherwise x subsampled by `stride` and padded
-// with zero channels ((planes - in_planes) / 2 in front, the rest behind), as in the common
-// CIFAR implementations. Two weight layers (conv1, conv2) and no projection conv.
+// conv1 is 3x3 with `stride`, conv2 3x3 stride 1, both without bias. The shortcut is the
+// identity when shapes agree, otherwise as `shortcut` says. Two weight layers in the zoo's
+// numbering (conv1, conv2): a projection conv is not counted, as in the networks' depths.
 // Input [N, in_planes, H, W]; output [N, planes, ceil(H/stride), ceil(W/stride)].
-// Requires planes >= in_planes.
 class BasicBlockImpl : public torch::nn::Cloneable<BasicBlockImpl>, public FlopCounted {
  public:
-  BasicBlockImpl(int64_t in_planes, int64_t planes, int64_t stride);
+  BasicBlockImpl(int64_t in_planes, int64_t planes, int64_t stride,
+                 Shortcut shortcut_kind = Shortcut::kZeroPad);
   void reset() override;
   torch::Tensor forward(torch::Tensor input);
   double forward_flops(const std::vector<int64_t>& input_shape) const override;
@@ -123,13 +135,18 @@ class BasicBlockImpl : public torch::nn::Cloneable<BasicBlockImpl>, public FlopC
   int64_t in_planes;
   int64_t planes;
   int64_t stride;
+  Shortcut shortcut_kind;
   torch::nn::Conv2d conv1{nullptr};
   torch::nn::BatchNorm2d bn1{nullptr};
   torch::nn::Conv2d conv2{nullptr};
   torch::nn::BatchNorm2d bn2{nullptr};
+  // The projection (kProjection where the shape changes); null otherwise.
+  torch::nn::Conv2d shortcut_conv{nullptr};
+  torch::nn::BatchNorm2d shortcut_bn{nullptr};
 
  private:
-  torch::Tensor shortcut(const torch::Tensor& input) const;
+  bool changes_shape() const { return stride != 1 || planes != in_planes; }
+  torch::Tensor shortcut(const torch::Tensor& input);
 };
 TORCH_MODULE(BasicBlock);
 

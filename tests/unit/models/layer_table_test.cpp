@@ -56,7 +56,7 @@ TEST(LayerTableTest, ResNet20FlopsMatchHandCount) {
 }
 
 TEST(LayerTableTest, EveryZooModelDescribesConsistently) {
-  for (const std::string name : {"alexnet", "vgg16", "resnet8"}) {
+  for (const std::string name : {"alexnet", "vgg16", "resnet8", "resnet18"}) {
     SCOPED_TRACE(name);
     Model model = make_model(name, InputShape{3, 32, 32, 10});
     const std::vector<UnitInfo> rows = describe_units(model);

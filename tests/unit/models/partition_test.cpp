@@ -86,7 +86,7 @@ TEST(PartitionTest, SplittingAtAnyCutLayerChangesNoOutputAndNoGradient) {
 // A unit's input may be a leaf that requires grad (the tensor a register hands over): no unit
 // may write to it.
 TEST(PartitionTest, NoUnitModifiesItsInput) {
-  for (const std::string name : {"lenet5", "alexnet", "vgg16", "resnet8"}) {
+  for (const std::string name : {"lenet5", "alexnet", "vgg16", "resnet8", "resnet18"}) {
     SCOPED_TRACE(name);
     Model model = seeded_model(name, 1);
     torch::Tensor x = torch::randn({2, 1, 32, 32});

@@ -54,7 +54,7 @@ TEST(ZooTest, ParameterCountsMatchHandCountsAndPublishedFigures) {
 
 TEST(ZooTest, EveryModelMapsBatchToClassScoresForOneAndThreeChannels) {
   for (int64_t channels : {1, 3}) {
-    for (const std::string name : {"lenet5", "alexnet", "vgg16", "resnet20"}) {
+    for (const std::string name : {"lenet5", "alexnet", "vgg16", "resnet20", "resnet18"}) {
       SCOPED_TRACE(name + " with " + std::to_string(channels) + " channels");
       Model model = seeded_model(name, channels);
       torch::NoGradGuard no_grad;
@@ -121,23 +121,20 @@ TEST(ZooTest, AnyResNetDepthSixNPlusTwoBuildsWithTheRightNumbering) {
 }
 
 TEST(ZooTest, BadNamesAndDepthsAreUsageErrorsThatSayWhatIsValid) {
-  EXPECT_EQ(usage_error_message("resnet21"),
-            "model resnet21: ResNet depth must be 6n+2 (8, 14, 20, 26, 32, ...), got 21");
-  EXPECT_EQ(usage_error_message("resnet0"),
-            "model resnet0: ResNet depth must be 6n+2 (8, 14, 20, 26, 32, ...), got 0");
-  EXPECT_EQ(usage_error_message("resnet2"),
-            "model resnet2: ResNet depth must be 6n+2 (8, 14, 20, 26, 32, ...), got 2");
-  EXPECT_EQ(usage_error_message("resnetx"),
-            "model resnetx: ResNet depth must be 6n+2 (8, 14, 20, 26, 32, ...), got 'x'");
-  EXPECT_EQ(usage_error_message("resnet"),
-            "model resnet: ResNet depth must be 6n+2 (8, 14, 20, 26, 32, ...), got ''");
+  const std::string depths =
+      ": ResNet depth must be 6n+2 (8, 14, 20, 26, 32, ...) or 18 (the ImageNet ResNet-18), got ";
+  EXPECT_EQ(usage_error_message("resnet21"), "model resnet21" + depths + "21");
+  EXPECT_EQ(usage_error_message("resnet19"), "model resnet19" + depths + "19");
+  EXPECT_EQ(usage_error_message("resnet0"), "model resnet0" + depths + "0");
+  EXPECT_EQ(usage_error_message("resnet2"), "model resnet2" + depths + "2");
+  EXPECT_EQ(usage_error_message("resnetx"), "model resnetx" + depths + "'x'");
+  EXPECT_EQ(usage_error_message("resnet"), "model resnet" + depths + "''");
   EXPECT_EQ(usage_error_message("resnet99999999999"),
-            "model resnet99999999999: ResNet depth must be 6n+2 (8, 14, 20, 26, 32, ...), got "
-            "'99999999999'");
+            "model resnet99999999999" + depths + "'99999999999'");
   EXPECT_EQ(usage_error_message("lenet"),
-            "unknown model 'lenet'; expected one of: lenet5, alexnet, vgg16, resnet<6n+2> "
-            "(e.g. resnet20, resnet56, resnet110)");
-  EXPECT_EQ(model_names(), (std::vector<std::string>{"lenet5", "alexnet", "vgg16",
+            "unknown model 'lenet'; expected one of: lenet5, alexnet, vgg16, resnet18, "
+            "resnet<6n+2> (e.g. resnet20, resnet56, resnet110)");
+  EXPECT_EQ(model_names(), (std::vector<std::string>{"lenet5", "alexnet", "vgg16", "resnet18",
                                                      "resnet<6n+2>"}));
 }
 
@@ -158,7 +155,7 @@ TEST(ZooTest, InputShapesTheNetworkCannotTakeAreUsageErrors) {
 }
 
 TEST(ZooTest, SameSeedGivesIdenticalParametersAndBuffers) {
-  for (const std::string name : {"lenet5", "alexnet", "vgg16", "resnet20"}) {
+  for (const std::string name : {"lenet5", "alexnet", "vgg16", "resnet20", "resnet18"}) {
     SCOPED_TRACE(name);
     const auto first = seeded_model(name, 3, 1).as_sequential();
     const auto second = seeded_model(name, 3, 1).as_sequential();
