@@ -48,7 +48,7 @@ Loader::Loader(std::shared_ptr<const SampleSource> source, LoaderOptions options
   in_width_ = size > 0 ? size : stored->second;
   gather_ = source_->gathers() && !options_.resized_crop() && stored &&
       stored->first == in_height_ && stored->second == in_width_;
-  if (!gather_ && options_.threads() > 1) pool_ = std::make_unique<detail::DecodePool>(options_.threads());
+  if (!gather_ && options_.threads() > 1) pool_ = std::make_shared<detail::DecodePool>(options_.threads());
 
   const int64_t channels = source_->channels();
   std::vector<float> scale(channels, 1.0f / 255.0f);

@@ -24,20 +24,6 @@ std::vector<std::string> small_run(const std::string& model_file) {
           "--progress", "none"};
 }
 
-std::vector<std::string> with(std::vector<std::string> base, const std::vector<std::string>& more) {
-  base.insert(base.end(), more.begin(), more.end());
-  return base;
-}
-
-void expect_one_line_error(const CliResult& r, int status, const std::string& fragment) {
-  EXPECT_EQ(r.status, status) << r.err;
-  const size_t at = r.err.find("stalepipe: error: ");
-  ASSERT_NE(at, std::string::npos) << r.err;
-  const std::string error = r.err.substr(at);
-  EXPECT_NE(error.find(fragment), std::string::npos) << r.err;
-  EXPECT_EQ(std::count(error.begin(), error.end(), '\n'), 1) << "not one line: " << r.err;
-}
-
 // LeNet-like for the 1x32x32 synthetic data and its 10 classes: 4 units, 3 weight layers.
 torch::jit::Module lenet(uint64_t seed = 5) {
   torch::manual_seed(seed);

@@ -134,7 +134,7 @@ class Loader {
   int64_t in_height_;  // the size of a sample before padding
   int64_t in_width_;
   bool gather_;        // the source gathers samples at the output size in one copy
-  std::unique_ptr<detail::DecodePool> pool_;
+  std::shared_ptr<detail::DecodePool> pool_;  // shared by copies: it takes several callers
   int64_t out_height_;
   int64_t out_width_;
   torch::Tensor scale_;  // float32 [1, C, 1, 1]: 1 / (255 * std)
