@@ -15,10 +15,12 @@ namespace stalepipe::cli {
 namespace {
 
 void print_split(const data::FolderReport::Split& s) {
-  int64_t total = 0;
+  int64_t total = 0, readable = 0;
   for (int64_t n : s.per_class) total += n;
-  std::printf("%s: %lld images", s.name.empty() ? "all" : s.name.c_str(), static_cast<long long>(total));
-  if (total > 0) {
+  for (const auto& [mode, count] : s.modes) readable += count;
+  std::printf("%s: %lld image files, %lld readable", s.name.empty() ? "all" : s.name.c_str(),
+              static_cast<long long>(total), static_cast<long long>(readable));
+  if (readable > 0) {
     std::printf(", %lldx%lld to %lldx%lld pixels (height x width);", static_cast<long long>(s.min_height),
                 static_cast<long long>(s.min_width), static_cast<long long>(s.max_height),
                 static_cast<long long>(s.max_width));

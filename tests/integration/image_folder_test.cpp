@@ -82,7 +82,7 @@ TEST_F(MixedTree, EveryExecutorTrainsTheSameBitsAndAKilledRunResumesExactly) {
 TEST_F(MixedTree, AResumedRunRefusesATreeThatChanged) {
   TempDir run;
   const auto first = run_cli(with(folder_run(tree_->path()), {"--stop-at-step", "12", "--out", run.path()}));
-  ASSERT_EQ(first.status, 0) << first.err;
+  ASSERT_EQ(first.status, 130) << first.err;  // stopped as if interrupted, resumable
   // config.json holds the folder's absolute path, so the run resumes from any directory.
   const auto config = nlohmann::json::parse(slurp(run.file("config.json")));
   EXPECT_EQ(config["data_folder_path"], fs::absolute(tree_->path()).lexically_normal().string());
@@ -194,7 +194,7 @@ TEST_F(BadTree, SkipBadImagesTrainsOnTheRestAndListsThem) {
   const auto inspect = run_cli({"data", "inspect", dir_.path()});
   EXPECT_EQ(inspect.status, 1);
   EXPECT_NE(inspect.out.find("unreadable: 1 files"), std::string::npos) << inspect.out;
-  EXPECT_NE(inspect.out.find("train: 6 images, 16x16 to 16x16 pixels (height x width); PNG gray 6"), std::string::npos)
+  EXPECT_NE(inspect.out.find("train: 7 image files, 6 readable, 16x16 to 16x16 pixels (height x width); PNG gray 6"), std::string::npos)
       << inspect.out;
 }
 

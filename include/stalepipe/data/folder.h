@@ -99,7 +99,7 @@ Folder scan_folder(const std::string& dir, const FolderOptions& options);
 struct FolderReport {
   struct Split {
     std::string name;                     // "train", "val", "test" or "" (one tree)
-    std::vector<int64_t> per_class;       // images per class, in class order
+    std::vector<int64_t> per_class;       // image files per class (readable or not), in class order
     std::vector<std::pair<std::string, int64_t>> modes;  // "PNG gray" -> count
     int64_t min_height = 0, max_height = 0, min_width = 0, max_width = 0;
     int64_t other_files = 0;              // files with other extensions, left out
