@@ -23,7 +23,14 @@ steps += [transforms.ToTensor(), transforms.Normalize([0.5] * 3, [0.25] * 3)]
 data = datasets.ImageFolder(args.root, transform=transforms.Compose(steps))
 loader = torch.utils.data.DataLoader(data, batch_size=args.batch_size, shuffle=True, num_workers=args.workers,
                                      drop_last=True)
-batches = iter(loader)
+
+
+def forever():  # epochs after epochs, as `stalepipe data speed` wraps around
+    while True:
+        yield from loader
+
+
+batches = forever()
 # Warm-up: the workers start and fill their prefetch queues (2 batches each) before the clock.
 for _ in range(2 * max(1, args.workers) + 1):
     next(batches)

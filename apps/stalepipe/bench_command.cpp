@@ -27,6 +27,7 @@
 #include "stalepipe/common/files.h"
 #include "stalepipe/common/median.h"
 #include "stalepipe/perf/bench.h"
+#include "stalepipe/perf/loader_speed.h"
 #include "stalepipe/perf/memory.h"
 
 extern char** environ;
@@ -122,6 +123,15 @@ void measure_processes(perf::BenchReport& report, int repeats) {
   fs::remove_all(dir);
 }
 
+// The input pipeline alone beside training's rate: below 1, training would wait for data.
+void print_loader_rate(const Options& training, double pipeline_images_per_second) {
+  const perf::LoaderSpeed s = perf::measure_loader(training, 20);
+  std::printf("input pipeline (--data %s, %lldx%lldx%lld, %d decode thread(s)): %.0f img/s alone, %.2fx the "
+              "pipeline's %.0f img/s\n", training.data().dataset().c_str(), static_cast<long long>(s.shape[0]),
+              static_cast<long long>(s.shape[1]), static_cast<long long>(s.shape[2]), s.threads,
+              s.images_per_second, s.images_per_second / pipeline_images_per_second, pipeline_images_per_second);
+}
+
 }  // namespace
 
 Command add_bench(CLI::App& app) {
@@ -149,6 +159,9 @@ Command add_bench(CLI::App& app) {
   field(Field::seed, "model and data seed");
   field(Field::layout, "every configuration in nchw | channels-last | auto (the model's default)");
   field(Field::recompute, "pipelined configurations recompute activations through weight layer L (0: none)");
+  auto* data = field(Field::dataset, "also time the input pipeline alone on this data set, as train reads it, "
+                                     "beside the pipeline's rate");
+  for (Field f : {Field::image_size, Field::resized_crop, Field::data_threads}) field(f);
   app.add_option("--json", a->json, "also write the report as JSON to this file");
   app.add_flag("--processes", a->processes,
                "also time train --executor processes on K ranks against --executor threads (slower)");
@@ -156,7 +169,7 @@ Command add_bench(CLI::App& app) {
                  "with --processes: alternated runs of each executor; the median is reported")
       ->check(CLI::Range(1, 99))
       ->capture_default_str();
-  return [a]() {
+  return [a, data]() {
     apply(a->text, a->options.training());
     const std::string& ppv = a->text.text.at(Field::ppv);
     SP_CHECK_ARG(a->pipeline->count() == 0 || !a->options.training().pipeline().ppv().empty(), "--pipeline ", ppv,
@@ -169,6 +182,7 @@ Command add_bench(CLI::App& app) {
       perf::finish_report(report);
     }
     std::fputs(perf::format_bench_report(report).c_str(), stdout);
+    if (data->count() > 0) print_loader_rate(a->options.training(), report.rates.pipeline);
     if (!a->json.empty()) write_file_atomic(a->json, perf::to_json(report));
     SP_CHECK(report.executors_agree, "bench: the threads and emulated executors ended with different "
              "weights; the timings above are of a broken pipeline");

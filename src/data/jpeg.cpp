@@ -137,16 +137,15 @@ ImageInfo read_header(Decompressor& d, const uint8_t* bytes, size_t size,
   return info;
 }
 
-// The DCT scale 1/denominator of the smallest decode that keeps the region at least
-// min_height x min_width; full scale where both are 0.
-int scale_denominator(const Region& region, int64_t min_height, int64_t min_width) {
-  if (min_height == 0 && min_width == 0) return 1;
-  for (int d : {8, 4, 2}) {
-    if ((region.height + d - 1) / d >= min_height && (region.width + d - 1) / d >= min_width) {
-      return d;
-    }
+// The DCT scale M/8 (M = 1, 2, 4 or 8) of the smallest decode that keeps the region at least
+// min_height x min_width; full scale where both are 0. libjpeg-turbo takes any M/8, but its
+// other scales have no SIMD IDCT and were slower in the loader's benchmark (bench/loader_speed.sh).
+int scale_eighths(const Region& region, int64_t min_height, int64_t min_width) {
+  if (min_height == 0 && min_width == 0) return 8;
+  for (int m : {1, 2, 4}) {
+    if ((region.height * m + 7) / 8 >= min_height && (region.width * m + 7) / 8 >= min_width) return m;
   }
-  return 1;
+  return 8;
 }
 
 // PIL's CMYK -> RGB of Adobe's inverted samples, in place (3 bytes out per 4 in, forward).
@@ -177,17 +176,19 @@ torch::Tensor decode_jpeg(const DecodeRequest& request) {
       read_header(d, request.bytes, request.size, request.name, request.max_megapixels);
   const Region region = checked_region(request, info.height, info.width);
   jpeg_decompress_struct& c = d.cinfo;
-  const int denominator = scale_denominator(region, request.min_height, request.min_width);
-  c.scale_num = 1;
-  c.scale_denom = denominator;
+  const int eighths = scale_eighths(region, request.min_height, request.min_width);
+  c.scale_num = eighths;
+  c.scale_denom = 8;
   // RGB is converted to gray here rather than by libjpeg (which would keep the stored Y), so
   // that a colour JPEG's gray is PIL's convert("L") of its RGB, exactly.
   const bool cmyk = info.mode == "CMYK";
   c.out_color_space = cmyk ? JCS_CMYK : info.color ? JCS_RGB : JCS_GRAYSCALE;
-  const int64_t top = region.top / denominator;
-  const int64_t left = region.left / denominator;
-  const int64_t height = (region.height + denominator - 1) / denominator;
-  const int64_t width = (region.width + denominator - 1) / denominator;
+  // The region at that scale: its first row and column rounded down, its size up (inside
+  // libjpeg's output, which rounds the image's size up).
+  const int64_t top = region.top * eighths / 8;
+  const int64_t left = region.left * eighths / 8;
+  const int64_t height = (region.height * eighths + 7) / 8;
+  const int64_t width = (region.width * eighths + 7) / 8;
   torch::Tensor out = torch::empty({request.channels, height, width}, torch::kUInt8);
   uint8_t* pixels = out.data_ptr<uint8_t>();
   const int64_t channels = request.channels;

@@ -68,6 +68,8 @@ Loader::Loader(std::shared_ptr<const SampleSource> source, LoaderOptions options
   }
   scale_ = torch::tensor(scale).view({1, channels, 1, 1});
   shift_ = torch::tensor(shift).view({1, channels, 1, 1});
+  scale_values_ = scale;
+  shift_values_ = shift;
   out_height_ = std::max(in_height_, options_.pad_to());
   out_width_ = std::max(in_width_, options_.pad_to());
 }
@@ -115,31 +117,17 @@ Batch Loader::batch(int64_t epoch, int64_t index, const std::vector<int64_t>& or
         id[i], " at position ", begin + i, " of the order is out of range 0..", n - 1);
   }
 
-  torch::Tensor x = pixels(ids, epoch);  // uint8, contiguous
-  if (options_.augment()) {
-    augment_in_place(x, id, epoch);
-  }
-  const int64_t height = in_height_, width = in_width_;
-  if (out_height_ != height || out_width_ != width) {
-    // Pad raw pixels with 0 so the pad reads (0 - mean) / std after normalisation.
-    torch::Tensor padded =
-        torch::zeros({count, source_->channels(), out_height_, out_width_}, torch::kUInt8);
-    padded.narrow(2, (out_height_ - height) / 2, height)
-        .narrow(3, (out_width_ - width) / 2, width)
-        .copy_(x);
-    x = padded;
-  }
-
   Batch out;
   out.epoch = epoch;
   out.index = index;
-  // Page-locked where a GPU takes the batch, so its copy needs no wait for the device.
-  out.x = torch::empty(x.sizes(), torch::TensorOptions(torch::kFloat32).pinned_memory(options_.pin_memory()));
-  out.x.copy_(x);
-  if (options_.normalization().empty()) {
-    out.x.div_(255.0);
+  if (gather_) {
+    out.x = gathered(ids, epoch);
   } else {
-    out.x.mul_(scale_).add_(shift_);
+    // Each sample made whole (read, crop, augment, pad, normalise) on the decode threads.
+    out.x = torch::empty({count, source_->channels(), out_height_, out_width_}, float_options());
+    float* base = out.x.data_ptr<float>();
+    const int64_t sample_floats = out.x.stride(0);
+    run_samples(count, [&](int64_t b) { make_sample(id[b], epoch, base + b * sample_floats); });
   }
   out.y = source_->targets().index_select(0, ids);
   if (options_.pin_memory()) out.y = out.y.pin_memory();
@@ -153,13 +141,79 @@ torch::Tensor Loader::pixels(const torch::Tensor& ids, int64_t epoch) const {
   const int64_t* id = ids.data_ptr<int64_t>();
   uint8_t* base = x.data_ptr<uint8_t>();
   const int64_t sample_bytes = x.stride(0);
-  const auto one = [&](int64_t b) { read_sample(id[b], epoch, base + b * sample_bytes); };
-  if (pool_) {
-    pool_->run(count, one);
-  } else {
-    for (int64_t b = 0; b < count; ++b) one(b);
-  }
+  run_samples(count, [&](int64_t b) { read_sample(id[b], epoch, base + b * sample_bytes); });
   return x;
+}
+
+torch::TensorOptions Loader::float_options() const {
+  // Page-locked where a GPU takes the batch, so its copy needs no wait for the device.
+  return torch::TensorOptions(torch::kFloat32).pinned_memory(options_.pin_memory());
+}
+
+void Loader::run_samples(int64_t count, const std::function<void(int64_t)>& fn) const {
+  if (pool_) {
+    pool_->run(count, fn);
+  } else {
+    for (int64_t b = 0; b < count; ++b) fn(b);
+  }
+}
+
+torch::Tensor Loader::gathered(const torch::Tensor& ids, int64_t epoch) const {
+  torch::Tensor x = pixels(ids, epoch);  // uint8, contiguous
+  if (options_.augment()) {
+    augment_in_place(x, ids.data_ptr<int64_t>(), epoch);
+  }
+  const int64_t count = ids.size(0), height = in_height_, width = in_width_;
+  if (out_height_ != height || out_width_ != width) {
+    // Pad raw pixels with 0 so the pad reads (0 - mean) / std after normalisation.
+    torch::Tensor padded =
+        torch::zeros({count, source_->channels(), out_height_, out_width_}, torch::kUInt8);
+    padded.narrow(2, (out_height_ - height) / 2, height)
+        .narrow(3, (out_width_ - width) / 2, width)
+        .copy_(x);
+    x = padded;
+  }
+  torch::Tensor out = torch::empty(x.sizes(), float_options());
+  out.copy_(x);
+  if (options_.normalization().empty()) {
+    out.div_(255.0);
+  } else {
+    out.mul_(scale_).add_(shift_);
+  }
+  return out;
+}
+
+// The same values as gathered()'s whole-batch operations, element by element: each is one
+// IEEE operation or two (a product rounded, then a sum), whichever way it is computed.
+void Loader::make_sample(int64_t id, int64_t epoch, float* out) const {
+  const int64_t channels = source_->channels(), height = in_height_, width = in_width_;
+  thread_local std::vector<uint8_t> buffer;
+  buffer.resize(static_cast<size_t>(channels * height * width));
+  read_sample(id, epoch, buffer.data());
+  if (options_.augment()) {
+    torch::Tensor sample = torch::from_blob(buffer.data(), {1, channels, height, width}, torch::kUInt8);
+    augment_in_place(sample, &id, epoch);
+  }
+  const int64_t top = (out_height_ - height) / 2, left = (out_width_ - width) / 2;
+  const int64_t plane_size = out_height_ * out_width_;
+  const bool plain = options_.normalization().empty();
+  for (int64_t c = 0; c < channels; ++c) {
+    const float scale = scale_values_[c], shift = shift_values_[c];
+    float* plane = out + c * plane_size;
+    if (plane_size != height * width) std::fill(plane, plane + plane_size, plain ? 0.0f : shift);
+    for (int64_t y = 0; y < height; ++y) {
+      const uint8_t* src = buffer.data() + (c * height + y) * width;
+      float* dst = plane + (top + y) * out_width_ + left;
+      if (plain) {
+        for (int64_t x = 0; x < width; ++x) dst[x] = static_cast<float>(src[x]) / 255.0f;
+      } else {
+        for (int64_t x = 0; x < width; ++x) {
+          const float scaled = static_cast<float>(src[x]) * scale;
+          dst[x] = scaled + shift;
+        }
+      }
+    }
+  }
 }
 
 void Loader::read_sample(int64_t id, int64_t epoch, uint8_t* out) const {

@@ -48,4 +48,13 @@ if /usr/bin/python3 -c "import torch" 2> /dev/null; then
 else
   echo "pytorch_trace.py: skipped (no PyTorch for /usr/bin/python3)"
 fi
+# loader_speed.sh needs torchvision and PIL (scripts/setup-peers.sh), which CI does not install.
+if /usr/bin/python3 -c "import torchvision, PIL" 2> /dev/null; then
+  out=$(SP=$sp SIZES=32 IMAGES=10 BATCH=8 BATCHES=2 THREADS=1 "$bench/loader_speed.sh" "$tmp/loader" 1)
+  grep -Eq '^median 32x32: stalepipe [0-9]+ img/s, torchvision [0-9]+ img/s, ratio [0-9.]+$' <<< "$out" ||
+    fail "loader_speed.sh: $out"
+  [ "$(wc -l < "$tmp/loader/loader_speed.csv")" = 3 ] || fail "loader_speed.sh wrote no rows"
+else
+  echo "loader_speed.sh: skipped (no torchvision for /usr/bin/python3)"
+fi
 echo "bench scripts ok"

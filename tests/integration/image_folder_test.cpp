@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <regex>
 #include <sstream>
 
 #include <gtest/gtest.h>
@@ -196,6 +197,15 @@ TEST_F(BadTree, SkipBadImagesTrainsOnTheRestAndListsThem) {
   EXPECT_NE(inspect.out.find("unreadable: 1 files"), std::string::npos) << inspect.out;
   EXPECT_NE(inspect.out.find("train: 7 image files, 6 readable, 16x16 to 16x16 pixels (height x width); PNG gray 6"), std::string::npos)
       << inspect.out;
+}
+
+TEST_F(BadTree, BenchPrintsTheInputPipelinesRateBesideTheTrainingRate) {
+  const auto r = run_cli({"bench", "--model", "lenet5", "--pipeline", "2", "--steps", "10", "--batch-size", "4",
+                          "--threads", "2", "--data", "folder:" + dir_.path(), "--image-size", "20"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_TRUE(std::regex_search(r.out, std::regex("input pipeline \\(--data folder:.*, 1x32x32, [0-9]+ decode "
+                                                  "thread\\(s\\)\\): [0-9]+ img/s alone, [0-9.]+x the pipeline's [0-9]+ img/s")))
+      << r.out;
 }
 
 }  // namespace

@@ -29,6 +29,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <thread>
@@ -126,6 +127,14 @@ class Loader {
  private:
   // Reads and resizes sample `id` into `out` (contiguous [C, S, S]).
   void read_sample(int64_t id, int64_t epoch, uint8_t* out) const;
+  // A batch of an in-memory source: gathered, then augmented, padded and normalised whole.
+  torch::Tensor gathered(const torch::Tensor& ids, int64_t epoch) const;
+  // One sample of any other source, read, augmented, padded and normalised into `out`
+  // (contiguous [C, H', W'] floats), on a decode thread.
+  void make_sample(int64_t id, int64_t epoch, float* out) const;
+  // fn(0..count-1) on the decode threads, or here without a pool.
+  void run_samples(int64_t count, const std::function<void(int64_t)>& fn) const;
+  torch::TensorOptions float_options() const;
   // Augments `x` (uint8 [B, C, H, W], contiguous) in place, sample b using ids[b].
   void augment_in_place(torch::Tensor& x, const int64_t* ids, int64_t epoch) const;
 
@@ -139,6 +148,7 @@ class Loader {
   int64_t out_width_;
   torch::Tensor scale_;  // float32 [1, C, 1, 1]: 1 / (255 * std)
   torch::Tensor shift_;  // float32 [1, C, 1, 1]: -mean / std
+  std::vector<float> scale_values_, shift_values_;  // the same, for make_sample
 };
 
 // Produces batches [begin, end) of one epoch, in order, on a background thread into a bounded

@@ -175,16 +175,24 @@ TEST(FolderLoader, BatchesDoNotDependOnTheThreadsAndEqualTheImagesInMemory) {
   test::write_tree(dir.path(), "train", {5, 6, 7}, 3, 12, 10);
   test::write_tree(dir.path(), "val", {1, 1, 1}, 3, 12, 10);
   const Folder f = scan_folder(dir.path(), FolderOptions());
-  const auto options = LoaderOptions().batch_size(7).seed(3).normalization({{0.5, 0.4, 0.3}, {0.2, 0.3, 0.4}});
-  const Loader one(f.train, LoaderOptions(options).threads(1));
-  const Loader three(f.train, LoaderOptions(options).threads(3));
-  const Loader memory(preload(*f.train, 2), options);
-  for (int64_t b = 0; b < one.batches_per_epoch(); ++b) {
-    const Batch a = one.batch(1, b);
-    EXPECT_TRUE(torch::equal(a.x, three.batch(1, b).x));
-    EXPECT_TRUE(torch::equal(a.x, memory.batch(1, b).x));
-    EXPECT_TRUE(torch::equal(a.y, memory.batch(1, b).y));
+  const Normalization norm{{0.5, 0.4, 0.3}, {0.2, 0.3, 0.4}};
+  const Dataset preloaded = preload(*f.train, 2);
+  // Read and normalised sample by sample, or gathered and normalised as a batch: the same bits,
+  // with and without normalisation, augmentation and padding.
+  for (const auto& options : {LoaderOptions().batch_size(7).seed(3).normalization(norm),
+                              LoaderOptions().batch_size(7).seed(3),
+                              LoaderOptions().batch_size(7).seed(3).normalization(norm).augment(true).pad_to(16)}) {
+    const Loader one(f.train, LoaderOptions(options).threads(1));
+    const Loader three(f.train, LoaderOptions(options).threads(3));
+    const Loader memory(preloaded, options);
+    for (int64_t b = 0; b < one.batches_per_epoch(); ++b) {
+      const Batch a = one.batch(1, b);
+      EXPECT_TRUE(torch::equal(a.x, three.batch(1, b).x));
+      EXPECT_TRUE(torch::equal(a.x, memory.batch(1, b).x)) << "batch " << b << ", augment " << options.augment();
+      EXPECT_TRUE(torch::equal(a.y, memory.batch(1, b).y));
+    }
   }
+  const auto options = LoaderOptions().batch_size(7).seed(3).normalization(norm);
   // Random crops too, and they differ between epochs.
   const Loader crop1(f.train, LoaderOptions(options).image_size(6).resized_crop(true).threads(1));
   const Loader crop3(f.train, LoaderOptions(options).image_size(6).resized_crop(true).threads(3));
