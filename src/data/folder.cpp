@@ -152,7 +152,8 @@ FolderSource::FolderSource(std::string name, std::vector<ImageFile> files, int64
       max_megapixels_(max_megapixels) {
   SP_CHECK_ARG(channels_ == 1 || channels_ == 3, "image folder '", name_, "': channels must be 1 or 3, got ", channels_);
   labels_ = torch::empty({size()}, torch::kInt64);
-  for (int64_t i = 0; i < size(); ++i) labels_[i] = files_[i].label;
+  int64_t* label = labels_.data_ptr<int64_t>();
+  for (int64_t i = 0; i < size(); ++i) label[i] = files_[i].label;
   if (!files_.empty()) common_size_ = std::make_pair(files_[0].info.height, files_[0].info.width);
   for (const auto& f : files_) {
     if (common_size_ && (f.info.height != common_size_->first || f.info.width != common_size_->second)) {

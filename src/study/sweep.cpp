@@ -108,6 +108,10 @@ RunState run_state(const PlannedRun& run) {
     if (planned.pipeline().ppv().empty() && planned.pipeline().partitions() > 1) {
       planned.pipeline().ppv(trained.pipeline().ppv());
     }
+    // A run on an image folder records the normalisation it measured.
+    if (planned.data().norm_mean().empty()) {
+      planned.data().norm_mean(trained.data().norm_mean()).norm_std(trained.data().norm_std());
+    }
     SP_CHECK_ARG(config_hash(trained) == config_hash(planned), out,
                  " holds a run with other settings than the experiment file now gives for ",
                  run.name, " seed ", run.seed, "; move that folder away (or restore the file)");

@@ -10,6 +10,7 @@
 #include "stalepipe/common/error.h"
 #include "stalepipe/study/sweep.h"
 #include "stalepipe/train/trainer.h"
+#include "support/image_tree.h"
 #include "support/temp_dir.h"
 
 namespace stalepipe::study {
@@ -168,6 +169,20 @@ TEST(Sweep, OneSweepPerSeedTrainsOnlyThatSeed) {
   std::stringstream md;
   md << std::ifstream(ex.out + "/results.md").rdbuf();
   EXPECT_NE(md.str().find("| ppv2 | lenet5 | 2 | 2 | stale | "), std::string::npos) << md.str();
+}
+
+// A run on an image folder keeps the normalisation it measured in config.json; the finished
+// run still counts as the experiment's.
+TEST(Sweep, FinishedRunsOnAnImageFolderAreNotTrainedAgain) {
+  test::TempDir dir;
+  test::write_tree(dir.path() + "/images", "train", {20, 20});
+  test::write_tree(dir.path() + "/images", "val", {4, 4});
+  const nlohmann::json runs = nlohmann::json::array(
+      {{{"name", "baseline"}, {"baseline", true}, {"data", "folder:" + dir.path() + "/images"}}});
+  const auto ex = load_experiment(write_experiment(dir, runs));
+  EXPECT_EQ(run_sweep(ex, {}), 2);
+  for (const auto& run : ex.runs) EXPECT_EQ(run_state(run), RunState::kFinished);
+  EXPECT_EQ(run_sweep(ex, {}), 0);
 }
 
 // A run named after a PPV with commas trains into a folder without them; a folder of the
