@@ -6,6 +6,8 @@
 //   PipelineOptions        where the registers go, schedule, executor, devices, SGD
 //   PipelineTrainer        fit / feed+flush / evaluate / save+load (pipeline_trainer.h)
 //   data::load_dataset     Fashion-MNIST, MNIST, CIFAR-10, synthetic (data/registry.h)
+//   data::Loader           batches of any SampleSource: in memory, an image folder, your own
+//                          reader (data/source.h, data/folder.h); LoaderSource feeds fit()
 #pragma once
 
 // The release (CMakeLists.txt project(VERSION) checks that they agree).
@@ -14,15 +16,19 @@
 #define STALEPIPE_VERSION_PATCH 0
 
 #include "stalepipe/api/assemble.h"
+#include "stalepipe/api/loader_source.h"
 #include "stalepipe/api/options.h"
 #include "stalepipe/api/option_fields.h"
 #include "stalepipe/api/options_json.h"
 #include "stalepipe/api/pipeline_trainer.h"
 #include "stalepipe/common/error.h"
 #include "stalepipe/data/dataset.h"
+#include "stalepipe/data/folder.h"
+#include "stalepipe/data/image.h"
 #include "stalepipe/data/loader.h"
 #include "stalepipe/data/normalize.h"
 #include "stalepipe/data/registry.h"
+#include "stalepipe/data/source.h"
 #include "stalepipe/data/torch_dataset.h"
 #include "stalepipe/models/model.h"
 #include "stalepipe/models/model_builder.h"

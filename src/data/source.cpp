@@ -96,7 +96,7 @@ std::shared_ptr<const SampleSource> first_samples(std::shared_ptr<const SampleSo
 Dataset preload(const SampleSource& source, int threads) {
   const auto size = source.common_size();
   SP_CHECK_ARG(size, "data set '", source.name(), "': its images differ in size; preload needs one size");
-  const auto [height, width] = *size;
+  const int64_t height = size->first, width = size->second;  // captured below: no structured binding
   Dataset out;
   out.name = source.name();
   out.num_classes = source.num_classes();

@@ -11,6 +11,7 @@
 #include "run_files.h"
 #include "run_lock.h"
 #include "common/json_file_impl.h"
+#include "stalepipe/api/loader_source.h"
 #include "stalepipe/api/options_json.h"
 #include "stalepipe/data/loader.h"
 #include "stalepipe/data/registry.h"
@@ -28,32 +29,6 @@ namespace {
 std::string accuracy_text(const std::optional<double>& accuracy) {
   return accuracy ? c10::str(" acc ", *accuracy) : std::string();
 }
-
-// A data::Loader's epochs as the loop's BatchSource, read ahead on a thread.
-class LoaderSource : public BatchSource {
- public:
-  explicit LoaderSource(const data::Loader& loader) : loader_(loader) {}
-  int64_t batches_per_epoch() const override { return loader_.batches_per_epoch(); }
-  void start_epoch(int64_t epoch, int64_t first) override {
-    prefetch_.reset();
-    prefetch_.emplace(loader_, epoch, first, loader_.batches_per_epoch());
-    next_index_ = first;
-  }
-  exec::Input next() override {
-    auto batch = prefetch_->next();
-    if (!batch) return {};
-    SP_CHECK(batch->index == next_index_, "data loader out of step at batch ", next_index_);
-    ++next_index_;
-    return {batch->x, batch->y};
-  }
-  // The loader's own rate in the epoch so far (0 before its first batch).
-  double loader_images_per_second() const { return prefetch_ ? prefetch_->images_per_second() : 0; }
-
- private:
-  const data::Loader& loader_;
-  std::optional<data::Prefetcher> prefetch_;
-  int64_t next_index_ = 0;
-};
 
 // The zoo model RunOptions::model names, or the TorchScript file RunOptions::model_file (at
 // the absolute path `file` records).

@@ -208,5 +208,23 @@ TEST_F(BadTree, BenchPrintsTheInputPipelinesRateBesideTheTrainingRate) {
       << r.out;
 }
 
+#ifdef STALEPIPE_OWN_READER_EXAMPLE
+// examples/own_reader: a list file of images as the user's own DecodingSource, trained.
+TEST_F(BadTree, TheOwnReaderExampleTrainsOnAListFile) {
+  write_image(file("train/c0/wide.png"), pattern_image(1, 20, 40, 7));  // sizes differ: resized
+  for (const std::string split : {"train", "val"}) {
+    std::ofstream list(file(split + ".txt"));
+    for (const auto& entry : fs::recursive_directory_iterator(file(split))) {
+      if (entry.is_regular_file()) list << entry.path().string() << " " << entry.path().parent_path().filename().string().substr(1) << "\n";
+    }
+  }
+  const std::string log = file("example.log");
+  ASSERT_EQ(wait_for(spawn({file("train.txt"), file("val.txt"), "32", "1"}, {}, log, STALEPIPE_OWN_READER_EXAMPLE), 120), 0)
+      << slurp(log);
+  EXPECT_NE(slurp(log).find("7 training and 2 test images, 2 classes, 32x32"), std::string::npos) << slurp(log);
+  EXPECT_NE(slurp(log).find("test accuracy "), std::string::npos) << slurp(log);
+}
+#endif
+
 }  // namespace
 }  // namespace stalepipe::test

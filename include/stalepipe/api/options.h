@@ -188,7 +188,7 @@ struct TrainingPoint {
     "alexnet, vgg16: dropout probability before each hidden fc layer (0: none)")                   \
   X(std::string, model_file, "", "model_file", Plain,                                              \
     "a TorchScript file saved by PyTorch 1.13 (instead of RunOptions::model): a scripted torch.nn.Sequential, " \
-    "each child a unit; input C x 32 x 32")                                                         \
+    "each child a unit; input C x 32 x 32, or C x S x S with DataOptions::image_size S > 32")       \
   X(int64_t, epochs, 10, "epochs", Plain, "training epochs")                                       \
   X(int64_t, max_steps, 0, "max_steps", Plain, "end after this many mini-batches (0: no limit)")   \
   X(int64_t, stop_at_step, 0, "stop_at_step", Plain,                                               \
