@@ -165,7 +165,7 @@ FolderSource::FolderSource(std::string name, std::vector<ImageFile> files, int64
 torch::Tensor FolderSource::read(int64_t i, const RegionPicker& pick, int64_t min_height, int64_t min_width) const {
   SP_CHECK_ARG(i >= 0 && i < size(), "image folder '", name_, "': sample ", i, " is out of range 0..", size() - 1);
   const ImageFile& f = files_[i];
-  const std::vector<uint8_t> bytes = detail::read_image_file(f.path);
+  const std::vector<uint8_t> bytes = detail::read_image_file(f.path, max_megapixels_);
   const ImageInfo info = probe_image(bytes.data(), bytes.size(), f.path, max_megapixels_);
   SP_CHECK(info.height == f.info.height && info.width == f.info.width, f.path, ": now ", info.height, "x", info.width,
            " pixels, ", f.info.height, "x", f.info.width, " when the folder was scanned; the file changed");

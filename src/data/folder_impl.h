@@ -36,8 +36,9 @@ struct Probed {
 std::vector<Probed> probe_files(const std::vector<std::string>& paths, double max_megapixels, bool decode,
                                 int threads);
 
-// The whole content of `path`; RuntimeError naming it if it cannot be read.
-std::vector<uint8_t> read_image_file(const std::string& path);
+// The whole content of `path`; RuntimeError naming it if it cannot be read, or if it is
+// larger than any image of at most `max_megapixels` can be.
+std::vector<uint8_t> read_image_file(const std::string& path, double max_megapixels);
 
 }  // namespace detail
 }  // namespace data

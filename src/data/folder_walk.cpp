@@ -83,11 +83,17 @@ void list_dir(const std::string& dir, std::vector<std::string>& folders, std::ve
     SP_CHECK(is_utf8(name), escaped(path), ": the name is not UTF-8; rename it");
     if (name.empty() || name[0] == '.') continue;
     std::error_code kind_error;
-    const bool folder = fs::is_directory(it->path(), kind_error);  // follows links
-    if (kind_error && it->is_symlink()) {
-      throw RuntimeError(c10::str(escaped(path), ": broken symbolic link (", kind_error.message(), ")"));
+    const fs::file_status status = fs::status(it->path(), kind_error);  // follows links
+    if (fs::is_directory(status)) {
+      folders.push_back(name);
+      continue;
     }
-    (folder ? folders : files).push_back(name);
+    // Reading a FIFO would wait for a writer for ever.
+    if (is_image_name(name)) {
+      SP_CHECK(!kind_error, escaped(path), ": broken symbolic link (", kind_error.message(), ")");
+      SP_CHECK(fs::is_regular_file(status), escaped(path), ": not a regular file (a FIFO, socket or device)");
+    }
+    files.push_back(name);
   }
   std::sort(folders.begin(), folders.end());
   std::sort(files.begin(), files.end());
@@ -128,9 +134,18 @@ ClassTree list_tree(const std::string& root) {
   return tree;
 }
 
-std::vector<uint8_t> read_image_file(const std::string& path) {
+std::vector<uint8_t> read_image_file(const std::string& path, double max_megapixels) {
   std::FILE* file = std::fopen(path.c_str(), "rb");
   SP_CHECK(file, path, ": cannot be read: ", std::strerror(errno));
+  // No image within the bound needs more bytes than 16-bit RGBA stored raw, plus its headers:
+  // a larger file is refused before it is read into memory.
+  const double cap = max_megapixels * 1e6 * 8 + (1 << 20);
+  struct stat st {};
+  if (::fstat(::fileno(file), &st) == 0 && static_cast<double>(st.st_size) > cap) {
+    std::fclose(file);
+    throw RuntimeError(c10::str(path, ": ", st.st_size, " bytes is more than an image of at most ", max_megapixels,
+                                " megapixels takes; raise the megapixel bound if it is one"));
+  }
   std::vector<uint8_t> bytes;
   uint8_t buffer[1 << 16];
   size_t n = 0;
@@ -154,7 +169,7 @@ std::vector<Probed> probe_files(const std::vector<std::string>& paths, double ma
       SP_CHECK(::stat(path.c_str(), &st) == 0, path, ": cannot be read: ", std::strerror(errno));
       p.bytes = st.st_size;
       p.mtime_ns = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
-      const std::vector<uint8_t> bytes = read_image_file(path);
+      const std::vector<uint8_t> bytes = read_image_file(path, max_megapixels);
       p.info = probe_image(bytes.data(), bytes.size(), path, max_megapixels);
       if (decode) decode_image(bytes.data(), bytes.size(), path, p.info.color ? 3 : 1);
       p.ok = true;

@@ -44,7 +44,9 @@ grep -q '^total 0.0 ms per step over 2 steps' <<< "$out" || fail "self_times.py 
 # pytorch_trace.py needs PyTorch (scripts/setup-peers.sh), which CI does not install.
 if /usr/bin/python3 -c "import torch" 2> /dev/null; then
   /usr/bin/python3 "$bench/pytorch_trace.py" lenet5 "$tmp/pytorch.json"
-  python3 "$bench/self_times.py" "$tmp/pytorch.json" | grep -q 'convolution' || fail "pytorch_trace.py: no convolution"
+  # Read whole first: grep -q would stop at the first match and break the writer's pipe.
+  out=$(python3 "$bench/self_times.py" "$tmp/pytorch.json")
+  grep -q 'convolution' <<< "$out" || fail "pytorch_trace.py: no convolution"
 else
   echo "pytorch_trace.py: skipped (no PyTorch for /usr/bin/python3)"
 fi

@@ -149,10 +149,19 @@ TEST_F(BadTree, EachBadFileIsOneLineNamingIt) {
   fs::remove(file("train/c1/cut.png"));
   write_image(file("train/c0/huge.png"), pattern_image(1, 200, 200, 1));
   expect_one_line_error(train({"--max-megapixels", "0.01"}), 1, "huge.png: ");
+  // A file too large for any image within the bound is refused before it is read.
+  std::filesystem::resize_file(file("train/c0/huge.png"), 2 << 20);
+  expect_one_line_error(train({"--max-megapixels", "0.01"}), 1, "huge.png: 2097152 bytes is more than an image of at most 0.01 megapixels takes");
   fs::remove(file("train/c0/huge.png"));
   fs::create_directory_symlink("..", file("train/c0/loop"));
   expect_one_line_error(train(), 1, "symbolic link loop");
   fs::remove(file("train/c0/loop"));
+  ASSERT_EQ(::mkfifo(file("train/c0/pipe.png").c_str(), 0644), 0);
+  expect_one_line_error(train(), 1, "pipe.png: not a regular file (a FIFO, socket or device)");
+  fs::remove(file("train/c0/pipe.png"));
+  fs::create_symlink(file("nowhere.png"), file("train/c0/gone.png"));
+  expect_one_line_error(train(), 1, "gone.png: broken symbolic link");
+  fs::remove(file("train/c0/gone.png"));
   write_image(file("train/c0/\xff.png"), pattern_image(1, 16, 16, 1));
   expect_one_line_error(train(), 1, "\\xff.png: the name is not UTF-8");
   fs::remove(file("train/c0/\xff.png"));
