@@ -19,6 +19,12 @@ pack() {
   cp -r /usr/include/gloo /usr/include/CLI /usr/include/nlohmann /usr/include/zlib.h \
     /usr/include/zconf.h "$deps/prefix/include/"
   cp -r /usr/share/cmake/CLI11 /usr/share/cmake/nlohmann_json "$deps/prefix/share/cmake/"
+  # libjpeg-turbo and libpng: headers and the shared libraries (a -dev package's, which that
+  # machine lacks); the binaries find them through the build tree's RPATH.
+  cp /usr/include/jpeglib.h /usr/include/jmorecfg.h /usr/include/jerror.h /usr/include/x86_64-linux-gnu/jconfig.h \
+    /usr/include/png.h /usr/include/pngconf.h /usr/include/pnglibconf.h "$deps/prefix/include/"
+  mkdir -p "$deps/prefix/lib"
+  cp -a /usr/lib/x86_64-linux-gnu/libjpeg.so* /usr/lib/x86_64-linux-gnu/libpng16.so* "$deps/prefix/lib/"
   cp -r /usr/src/googletest "$deps/googletest"
   cp -r /usr/share/datasets/fashion-mnist "$deps/fashion-mnist"
   du -sh "$deps"
@@ -45,14 +51,18 @@ gtest_prefix() {
 }
 
 configure() {
-  local torch_prefix zlib=()
+  local torch_prefix zlib=() images=()
   torch_prefix=$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)') || return 1
   if [ ! -f /usr/include/zlib.h ]; then
     zlib=(-DZLIB_INCLUDE_DIR="$DEPS/prefix/include"
           -DZLIB_LIBRARY="$(ldconfig -p | awk '/libz\.so\.1 .*x86-64/ {print $NF; exit}')")
   fi
+  if [ ! -f /usr/include/jpeglib.h ] || [ ! -f /usr/include/png.h ]; then
+    images=(-DJPEG_INCLUDE_DIR="$DEPS/prefix/include" -DJPEG_LIBRARY="$DEPS/prefix/lib/libjpeg.so"
+            -DPNG_PNG_INCLUDE_DIR="$DEPS/prefix/include" -DPNG_LIBRARY="$DEPS/prefix/lib/libpng16.so")
+  fi
   cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release \
-    -DCMAKE_PREFIX_PATH="$torch_prefix;$DEPS/prefix;/tmp/gtest" "${zlib[@]}" \
+    -DCMAKE_PREFIX_PATH="$torch_prefix;$DEPS/prefix;/tmp/gtest" "${zlib[@]}" "${images[@]}" \
     -DSTALEPIPE_BUILD_BENCH=OFF -DSTALEPIPE_BUILD_EXAMPLES=OFF
 }
 
