@@ -217,6 +217,45 @@ TEST_F(BadTree, BenchPrintsTheInputPipelinesRateBesideTheTrainingRate) {
       << r.out;
 }
 
+TEST_F(BadTree, TheDecodedCacheIsReadWhenItMatchesAndADamagedOneIsNamed) {
+  TempDir cache, plain, cached;
+  const auto a = train({"--out", plain.path()});
+  ASSERT_EQ(a.status, 0) << a.err;
+  const auto b = train({"--cache-images", cache.path(), "--out", cached.path()});
+  ASSERT_EQ(b.status, 0) << b.err;
+  expect_same_results(plain.path(), cached.path());  // the same pixels, read instead of decoded
+  std::vector<std::string> files;
+  for (const auto& entry : fs::directory_iterator(cache.path())) files.push_back(entry.path().string());
+  ASSERT_EQ(files.size(), 2u);  // train and val
+  // A flipped byte in the pixels, then a cut file: each named, with what to do.
+  std::string bytes = slurp(files[0]);
+  bytes[bytes.size() - 20] ^= 0x5a;
+  write_text(files[0], bytes);
+  expect_one_line_error(train({"--cache-images", cache.path()}), 1, files[0] + ": image cache fails its checksum; delete it");
+  write_text(files[0], bytes.substr(0, bytes.size() - 8));
+  expect_one_line_error(train({"--cache-images", cache.path()}), 1, files[0] + ": image cache is ");
+  fs::remove(files[0]);
+  ASSERT_EQ(train({"--cache-images", cache.path()}).status, 0);  // made again
+  // Another tree gives other files (their sizes, times and labels are in the name).
+  write_image(file("train/c1/more.png"), pattern_image(1, 16, 16, 9));
+  ASSERT_EQ(train({"--cache-images", cache.path()}).status, 0);
+  EXPECT_EQ(std::distance(fs::directory_iterator(cache.path()), fs::directory_iterator()), 3);
+}
+
+TEST_F(BadTree, OneTreeSplitsByTheValidationFractionAndTheDataToolsNameTheirFaults) {
+  const auto r = run_cli({"train", "--data", "folder:" + file("train"), "--val-fraction", "0.34", "--max-steps", "1",
+                          "--batch-size", "2", "--progress", "none"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.err.find("(4 train / 2 test, 1x32x32)"), std::string::npos) << r.err;  // round(0.34 * 3) per class
+  expect_one_line_error(run_cli({"data", "export", "--data", "synthetic-regression:8", file("out")}), 2,
+                        "has regression targets, no classes to make folders of");
+  expect_one_line_error(run_cli({"data", "inspect", file("nowhere")}), 1, "image folder does not exist");
+  const auto speed = run_cli({"data", "speed", "--data", "folder:" + dir_.path(), "--batch-size", "2", "--batches", "3"});
+  ASSERT_EQ(speed.status, 0) << speed.err;
+  EXPECT_TRUE(std::regex_search(speed.out, std::regex("^loader: [0-9]+ img/s \\(6 images of 1x32x32 in [0-9.]+ s, 1 decode thread\\(s\\)\\)")))
+      << speed.out;
+}
+
 #ifdef STALEPIPE_OWN_READER_EXAMPLE
 // examples/own_reader: a list file of images as the user's own DecodingSource, trained.
 TEST_F(BadTree, TheOwnReaderExampleTrainsOnAListFile) {
