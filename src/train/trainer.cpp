@@ -86,7 +86,7 @@ void build(Run& run) {
   o.pipeline().ppv(run.trainer->plan().ppv).layout(run.trainer->options().pipeline().layout());
 }
 
-// ", C x H x W, skipped N unreadable images" for the start-up line.
+// ", CxHxW" and ", N unreadable images left out" for the start-up line.
 std::string data_shape_text(const RunData& data) {
   const auto shape = data.train_loader->output_shape();
   const auto& scanned = data.sources.scanned;
