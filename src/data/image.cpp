@@ -14,6 +14,13 @@
 namespace stalepipe {
 namespace data {
 
+void check_region(const Region& r, int64_t height, int64_t width, const std::string& what) {
+  SP_CHECK_ARG(r.height > 0 && r.width > 0 && r.top >= 0 && r.left >= 0 &&
+                   r.top <= height - r.height && r.left <= width - r.width,
+               what, ": region (top ", r.top, ", left ", r.left, ", ", r.width, " x ", r.height,
+               " pixels) is not inside the ", width, " x ", height, " image");
+}
+
 const char* to_string(ImageFormat format) {
   return format == ImageFormat::kJpeg ? "JPEG" : "PNG";
 }
@@ -68,12 +75,8 @@ void check_pixels(const std::string& name, const char* format, int64_t height, i
 
 Region checked_region(const DecodeRequest& request, int64_t height, int64_t width) {
   if (request.whole) return Region{0, 0, height, width};
-  const Region& r = request.region;
-  SP_CHECK_ARG(r.height > 0 && r.width > 0 && r.top >= 0 && r.left >= 0 &&
-                   r.top <= height - r.height && r.left <= width - r.width,
-               request.name, ": region (top ", r.top, ", left ", r.left, ", ", r.width, " x ",
-               r.height, " pixels) is not inside the ", width, " x ", height, " image");
-  return r;
+  check_region(request.region, height, width, request.name);
+  return request.region;
 }
 
 void store_row(const uint8_t* row, int in_channels, int64_t width, uint8_t* out,

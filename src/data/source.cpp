@@ -7,13 +7,6 @@ namespace stalepipe {
 namespace data {
 namespace {
 
-void check_region(const Region& r, int64_t height, int64_t width, const std::string& what) {
-  SP_CHECK_ARG(r.top >= 0 && r.left >= 0 && r.height >= 1 && r.width >= 1 && r.top + r.height <= height &&
-                   r.left + r.width <= width,
-               what, ": region ", r.height, "x", r.width, " at (", r.top, ", ", r.left, ") is not inside its ",
-               height, "x", width, " pixels");
-}
-
 // The first n samples of another source.
 class FirstSamples : public SampleSource {
  public:
@@ -39,16 +32,31 @@ class FirstSamples : public SampleSource {
 
 }  // namespace
 
+void check_targets(const SampleSource& source) {
+  const torch::Tensor& labels = source.targets();
+  const bool classes = source.num_classes() > 0;
+  SP_CHECK_ARG(labels.defined() && labels.dim() == (classes ? 1 : 2) &&
+      labels.scalar_type() == (classes ? torch::kInt64 : torch::kFloat) && labels.size(0) == source.size(),
+      "data set '", source.name(), "': expected ", classes ? "int64 labels of shape [" : "float targets of shape [",
+      source.size(), classes ? "]" : ", D] (no classes)", ", found ", labels.defined() ? c10::str(labels.scalar_type(), " ",
+      labels.sizes()) : std::string("no labels"));
+}
+
+void check_sample(const SampleSource& source, int64_t i, const torch::Tensor& sample) {
+  SP_CHECK(sample.defined() && sample.dim() == 3 && sample.scalar_type() == torch::kUInt8 &&
+               sample.size(0) == source.channels(),
+           "data set '", source.name(), "': sample ", i, " came as ",
+           sample.defined() ? c10::str(sample.scalar_type(), " ", sample.sizes()) : std::string("nothing"),
+           "; expected uint8 [", source.channels(), ", H, W]");
+}
+
 torch::Tensor SampleSource::gather(const torch::Tensor&) const {
   throw UsageError(c10::str("data set '", name(), "' reads its samples one by one; it has no gather()"));
 }
 
 torch::Tensor DecodingSource::read(int64_t i, const RegionPicker& pick, int64_t, int64_t) const {
   torch::Tensor image = decode(i);
-  SP_CHECK(image.defined() && image.dim() == 3 && image.scalar_type() == torch::kUInt8 && image.size(0) == channels(),
-           "data set '", name(), "': sample ", i, " decoded to ",
-           image.defined() ? c10::str(image.scalar_type(), " ", image.sizes()) : std::string("nothing"),
-           "; expected uint8 [", channels(), ", H, W]");
+  check_sample(*this, i, image);
   const Region r = pick(image.size(1), image.size(2));
   check_region(r, image.size(1), image.size(2), c10::str("data set '", name(), "', sample ", i));
   return image.narrow(1, r.top, r.height).narrow(2, r.left, r.width);
@@ -56,17 +64,11 @@ torch::Tensor DecodingSource::read(int64_t i, const RegionPicker& pick, int64_t,
 
 TensorSource::TensorSource(Dataset data) : data_(std::move(data)) {
   const torch::Tensor& images = data_.images;
-  const torch::Tensor& labels = data_.labels;
   SP_CHECK_ARG(images.defined() && images.dim() == 4 && images.scalar_type() == torch::kUInt8 &&
       images.device().is_cpu(), "data set '", data_.name, "': expected uint8 CPU images of shape "
       "[N, C, H, W], found ", images.defined() ? c10::str(images.scalar_type(), " ",
       images.sizes(), " on ", images.device()) : std::string("no images"));
-  const bool classes = data_.num_classes > 0;
-  SP_CHECK_ARG(labels.defined() && labels.dim() == (classes ? 1 : 2) &&
-      labels.scalar_type() == (classes ? torch::kInt64 : torch::kFloat) && labels.size(0) == data_.size(),
-      "data set '", data_.name, "': expected ", classes ? "int64 labels of shape [" : "float targets of shape [",
-      data_.size(), classes ? "]" : ", D] (no classes)", ", found ", labels.defined() ? c10::str(labels.scalar_type(), " ",
-      labels.sizes()) : std::string("no labels"));
+  check_targets(*this);  // TensorSource's own overrides: it is the object being built
   data_.images = images.contiguous();
 }
 

@@ -41,6 +41,10 @@ struct Region {
   }
 };
 
+// UsageError "<what>: region (...) is not inside the W x H image" unless `region` is
+// non-empty and inside an image of height x width.
+void check_region(const Region& region, int64_t height, int64_t width, const std::string& what);
+
 struct ImageInfo {
   ImageFormat format = ImageFormat::kPng;
   int64_t height = 0;

@@ -52,6 +52,12 @@ class SampleSource {
   virtual torch::Tensor gather(const torch::Tensor& ids) const;
 };
 
+// UsageError naming `source` unless its targets are int64 [N] class indices, or float
+// [N, D] where num_classes() is 0 (N = size()).
+void check_targets(const SampleSource& source);
+// RuntimeError naming `source` and sample i unless `sample` is uint8 [channels(), H, W].
+void check_sample(const SampleSource& source, int64_t i, const torch::Tensor& sample);
+
 // A user's reader: implement decode(i) (the whole sample, uint8 [C, H, W]); read() crops it.
 class DecodingSource : public SampleSource {
  public:
