@@ -196,6 +196,7 @@ Folder scan_folder(const std::string& given, const FolderOptions& options) {
   const detail::ClassTree train_tree = detail::list_tree(one_tree ? dir : dir + "/train");
   check_classes_nonempty(train_tree.root, train_tree.classes, train_tree.files);
   Folder out;
+  out.dir = dir;
   out.classes = train_tree.classes;
   std::vector<std::vector<std::string>> train_files = train_tree.files, test_files;
   if (fraction > 0) {

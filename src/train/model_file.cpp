@@ -33,13 +33,20 @@ void add_model_file(nlohmann::json& config, const ModelFile& file) {
   config[kDigestKey] = file.digest;
 }
 
-std::optional<ModelFile> recorded_model_file(const std::string& run_dir) {
+std::optional<std::pair<std::string, std::string>> recorded_pair(const std::string& run_dir, const char* path_key,
+                                                                 const char* content_key) {
   const std::string config_path = (fs::path(run_dir) / "config.json").string();
   const nlohmann::json config = read_json_file(config_path);
-  if (!config.contains(kPathKey)) return std::nullopt;
-  SP_CHECK(config.at(kPathKey).is_string() && config.value(kDigestKey, nlohmann::json()).is_string(), config_path,
-           ": ", kPathKey, " and ", kDigestKey, " must be strings");
-  return ModelFile{config.at(kPathKey).get<std::string>(), config.at(kDigestKey).get<std::string>()};
+  if (!config.contains(path_key)) return std::nullopt;
+  SP_CHECK(config.at(path_key).is_string() && config.value(content_key, nlohmann::json()).is_string(), config_path,
+           ": ", path_key, " and ", content_key, " must be strings");
+  return std::make_pair(config.at(path_key).get<std::string>(), config.at(content_key).get<std::string>());
+}
+
+std::optional<ModelFile> recorded_model_file(const std::string& run_dir) {
+  const auto recorded = recorded_pair(run_dir, kPathKey, kDigestKey);
+  if (!recorded) return std::nullopt;
+  return ModelFile{recorded->first, recorded->second};
 }
 
 void check_unchanged(const ModelFile& recorded) {

@@ -6,6 +6,7 @@
 
 #include <optional>
 #include <string>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -22,6 +23,12 @@ struct ModelFile {
 ModelFile model_file_now(const std::string& path);
 // config.json's keys "model_file_path" and "model_file_digest".
 void add_model_file(nlohmann::json& config, const ModelFile& file);
+// The values of two string keys that config.json in `run_dir` records together (a file's
+// path and what identifies its content); nullopt where it has no `path_key`. Throws
+// RuntimeError naming config.json where either is not a string.
+std::optional<std::pair<std::string, std::string>> recorded_pair(const std::string& run_dir, const char* path_key,
+                                                                 const char* content_key);
+
 // The model file config.json in `run_dir` records; nullopt for a zoo model or a run written
 // before these keys existed.
 std::optional<ModelFile> recorded_model_file(const std::string& run_dir);

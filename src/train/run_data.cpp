@@ -4,7 +4,7 @@
 #include <filesystem>
 #include <thread>
 
-#include "common/json_file_impl.h"
+#include "model_file.h"
 #include "stalepipe/common/error.h"
 #include "stalepipe/common/files.h"
 #include "stalepipe/data/image_cache.h"
@@ -69,10 +69,7 @@ RunData load_run_data(DataOptions& d, const exec::Loss& loss, uint64_t seed, int
   RunData run;
   run.sources = load_run_sources(d, seed, data_threads, recorded);
   data::SourceSplit& s = run.sources;
-  if (s.scanned) {
-    const std::string dir = recorded ? recorded->path : data::parse_dataset_spec(d.dataset()).dir;
-    run.folder = DataFolder{fs::absolute(dir).lexically_normal().string(), s.scanned->fingerprint};
-  }
+  if (s.scanned) run.folder = DataFolder{fs::absolute(s.scanned->dir).lexically_normal().string(), s.scanned->fingerprint};
   if (s.scanned && !d.cache_images().empty()) {
     // The same pixels, read instead of decoded; random resized crops need the full images.
     const auto options = train_loader_options(d, seed, data_threads, false);
@@ -109,12 +106,9 @@ void add_data_folder(nlohmann::json& config, const DataFolder& folder) {
 }
 
 std::optional<DataFolder> recorded_data_folder(const std::string& run_dir) {
-  const std::string config_path = (fs::path(run_dir) / "config.json").string();
-  const nlohmann::json config = read_json_file(config_path);
-  if (!config.contains(kPathKey)) return std::nullopt;
-  SP_CHECK(config.at(kPathKey).is_string() && config.value(kFingerprintKey, nlohmann::json()).is_string(), config_path,
-           ": ", kPathKey, " and ", kFingerprintKey, " must be strings");
-  return DataFolder{config.at(kPathKey).get<std::string>(), config.at(kFingerprintKey).get<std::string>()};
+  const auto recorded = recorded_pair(run_dir, kPathKey, kFingerprintKey);
+  if (!recorded) return std::nullopt;
+  return DataFolder{recorded->first, recorded->second};
 }
 
 void write_skipped_images(const std::string& run_dir, const RunData& data) {

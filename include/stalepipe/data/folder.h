@@ -80,6 +80,7 @@ class FolderSource : public SampleSource {
 };
 
 struct Folder {
+  std::string dir;  // DIR as given, without trailing slashes
   std::vector<std::string> classes;
   std::shared_ptr<const FolderSource> train;
   std::shared_ptr<const FolderSource> test;  // from val/ or test/, or the split
