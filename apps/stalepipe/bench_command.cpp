@@ -146,7 +146,7 @@ Command add_bench(CLI::App& app) {
   auto a = std::make_shared<Args>();
   auto& o = a->options;
   auto field = [&](Field f, const std::string& help = "") { return add_field_flag(app, o.training(), a->text, f, help); };
-  field(Field::model, "lenet5 | alexnet | vgg16 | resnet18 | resnet<6n+2>");
+  field(Field::model, zoo_model_choices());
   field(Field::batch_size);
   app.add_option("--channels", o.channels(), "input channels (1: Fashion-MNIST, 3: CIFAR-10)")->capture_default_str();
   a->pipeline = field(Field::ppv, "PPV, e.g. 19 (the paper's 2n+1 for ResNet-56)");
@@ -195,7 +195,7 @@ Command add_memory(CLI::App& app) {
   auto text = std::make_shared<TrainFlags>();
   auto json = std::make_shared<std::string>();
   auto field = [&](Field f, const std::string& help = "") { return add_field_flag(app, o->training, *text, f, help); };
-  field(Field::model, "lenet5 | alexnet | vgg16 | resnet18 | resnet<6n+2>");
+  field(Field::model, zoo_model_choices());
   field(Field::ppv, "PPV, e.g. 2 (at least one register)")->required();
   field(Field::batch_size);
   app.add_option("--channels", o->channels, "input channels (1: MNIST-like, 3: CIFAR-10)")->capture_default_str();

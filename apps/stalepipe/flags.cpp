@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "stalepipe/common/error.h"
+#include "stalepipe/models/zoo.h"
 
 namespace stalepipe::cli {
 namespace {
@@ -103,6 +104,8 @@ void add_option_flags(CLI::App& app, Options& o, TrainFlags& text) {
 void apply(const TrainFlags& text, Options& o) {
   for (const auto& [field, value] : text.text) option_field(field).read(value, o, field_name(field));
 }
+
+std::string zoo_model_choices() { return c10::Join(" | ", models::model_names()); }
 
 void check_micro_batches(int micro_batches, ScheduleKind kind) {
   SP_CHECK_ARG(micro_batches >= 1, flag_of(Field::micro_batches), " must be >= 1, got ", micro_batches);

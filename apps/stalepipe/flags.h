@@ -38,6 +38,9 @@ void add_option_flags(CLI::App& app, Options& options, TrainFlags& text);
 // Parses the text fields into `options`; UsageError naming the field for a bad value.
 void apply(const TrainFlags& text, Options& options);
 
+// "lenet5 | alexnet | ... | unet": the zoo's names, for the help of a --model flag.
+std::string zoo_model_choices();
+
 // --micro-batches of `schedule` and `simulate`, which build a schedule without a whole run's
 // check_options: at least 1, and more only for gpipe.
 void check_micro_batches(int micro_batches, ScheduleKind kind);

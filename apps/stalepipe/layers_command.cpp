@@ -2,6 +2,7 @@
 #include <cstdio>
 
 #include "commands.h"
+#include "flags.h"
 #include "stalepipe/api/options.h"
 #include "stalepipe/models/layer_table.h"
 #include "stalepipe/models/torchscript.h"
@@ -15,7 +16,7 @@ Command add_layers(CLI::App& app) {
   auto channels = std::make_shared<int64_t>(1);
   auto classes = std::make_shared<int64_t>(10);
   auto dropout = std::make_shared<double>(RunOptions().dropout());
-  auto* name = app.add_option("--model", *model, "lenet5 | alexnet | vgg16 | resnet18 | resnet<6n+2>")->capture_default_str();
+  auto* name = app.add_option("--model", *model, zoo_model_choices())->capture_default_str();
   auto* file = app.add_option("--model-file", *model_file, "a TorchScript file saved by PyTorch 1.13 (as train --model-file)");
   name->excludes(file);
   app.add_option("--channels", *channels, "input channels (1: MNIST-like, 3: CIFAR-10); inputs are 32x32")->capture_default_str();

@@ -26,7 +26,7 @@ Command add_profile(CLI::App& app) {
   auto options = std::make_shared<partition::ProfileOptions>();
   auto json = std::make_shared<std::string>();
   auto device = std::make_shared<std::string>("cpu");
-  add_field_flag(app, *tree, *text, Field::model, "lenet5 | alexnet | vgg16 | resnet18 | resnet<6n+2>");
+  add_field_flag(app, *tree, *text, Field::model, zoo_model_choices());
   add_field_flag(app, *tree, *text, Field::batch_size);
   add_field_flag(app, *tree, *text, Field::ppv, "also time each partition of this PPV as one block, e.g. 19");
   app.add_option("--threads", options->threads, "intra-op threads while measuring")->capture_default_str();

@@ -102,7 +102,7 @@ int print_table5(const std::string& dir) {
 Command add_simulate(CLI::App& app) {
   auto a = std::make_shared<SimulateArgs>();
   auto field = [&](Field f, const std::string& help = "") { return add_field_flag(app, a->tree, a->text, f, help); };
-  field(Field::model, "lenet5 | alexnet | vgg16 | resnet18 | resnet<6n+2>");
+  field(Field::model, zoo_model_choices());
   field(Field::ppv, "PPV, e.g. 7 or 7,13")->excludes(field(Field::partitions, "K partitions, PPV chosen by --balance"));
   field(Field::balance, "with --partitions: time | params | flops");
   app.add_option("--profile", a->profile, "profile JSON from `stalepipe profile --json` (default: measure now)");

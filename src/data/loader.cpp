@@ -67,6 +67,10 @@ Loader::Loader(std::shared_ptr<const SampleSource> source, LoaderOptions options
   shift_values_ = shift;
   out_height_ = std::max(in_height_, options_.pad_to());
   out_width_ = std::max(in_width_, options_.pad_to());
+  SP_CHECK_ARG(source_->targets().dim() != 3 || (!options_.augment() && !options_.resized_crop() &&
+                   size == 0 && out_height_ == in_height_ && out_width_ == in_width_),
+               "data set '", name, "' has a class per pixel: its images cannot be augmented, cropped, resized or "
+               "padded (the targets would not follow)");
 }
 
 int64_t Loader::batches_per_epoch() const {

@@ -15,7 +15,7 @@ namespace {
 
 std::string valid_specs() {
   return "fashion-mnist, fashion-mnist:DIR, mnist:DIR, kmnist:DIR, cifar10:DIR, folder:DIR, synthetic, "
-         "synthetic:N, synthetic-regression, synthetic-regression:N";
+         "synthetic:N, synthetic-regression, synthetic-regression:N, synthetic-masks, synthetic-masks:N";
 }
 
 // Parses N of "synthetic:N": digits only, 1..2^32.
@@ -41,7 +41,8 @@ Dataset as_regression(Dataset d) {
 }  // namespace
 
 std::vector<std::string> dataset_names() {
-  return {"fashion-mnist", "mnist", "kmnist", "cifar10", "folder", "synthetic", "synthetic-regression"};
+  return {"fashion-mnist", "mnist", "kmnist", "cifar10", "folder", "synthetic", "synthetic-regression",
+          "synthetic-masks"};
 }
 
 DatasetSpec parse_dataset_spec(const std::string& spec) {
@@ -51,7 +52,7 @@ DatasetSpec parse_dataset_spec(const std::string& spec) {
   const bool has_arg = colon != std::string::npos;
   const std::string arg = has_arg ? spec.substr(colon + 1) : std::string();
   const std::string& name = parsed.name;
-  if (name == "synthetic" || name == "synthetic-regression") {
+  if (name == "synthetic" || name == "synthetic-regression" || name == "synthetic-masks") {
     if (has_arg) parsed.synthetic_train = parse_count(spec, arg);
     return parsed;
   }
@@ -65,12 +66,14 @@ DatasetSpec parse_dataset_spec(const std::string& spec) {
 
 DataSplit load_dataset(const std::string& spec) {
   const DatasetSpec parsed = parse_dataset_spec(spec);
-  if (parsed.name == "synthetic" || parsed.name == "synthetic-regression") {
+  if (parsed.name == "synthetic" || parsed.name == "synthetic-regression" || parsed.name == "synthetic-masks") {
     SyntheticOptions options;
     if (parsed.synthetic_train > 0) {
       const int64_t n = parsed.synthetic_train;
       options.train_size(n).test_size(std::max<int64_t>(1, n / 4));
     }
+    // Segmentation at the zoo's 32x32, in 4 classes (background and 3 kinds of rectangle).
+    if (parsed.name == "synthetic-masks") return make_synthetic_masks(options.height(32).width(32).num_classes(4));
     DataSplit split = make_synthetic(options);
     if (parsed.name == "synthetic") return split;
     return {as_regression(std::move(split.train)), as_regression(std::move(split.test))};

@@ -35,10 +35,16 @@ class FirstSamples : public SampleSource {
 void check_targets(const SampleSource& source) {
   const torch::Tensor& labels = source.targets();
   const bool classes = source.num_classes() > 0;
+  // A class per pixel: int64 [N, H, W] over images of that size.
+  const auto size = source.common_size();
+  if (classes && labels.defined() && labels.dim() == 3 && labels.scalar_type() == torch::kInt64 && size &&
+      labels.size(0) == source.size() && labels.size(1) == size->first && labels.size(2) == size->second) {
+    return;
+  }
   SP_CHECK_ARG(labels.defined() && labels.dim() == (classes ? 1 : 2) &&
       labels.scalar_type() == (classes ? torch::kInt64 : torch::kFloat) && labels.size(0) == source.size(),
       "data set '", source.name(), "': expected ", classes ? "int64 labels of shape [" : "float targets of shape [",
-      source.size(), classes ? "]" : ", D] (no classes)", ", found ", labels.defined() ? c10::str(labels.scalar_type(), " ",
+      source.size(), classes ? "] (or [N, H, W], a class per pixel)" : ", D] (no classes)", ", found ", labels.defined() ? c10::str(labels.scalar_type(), " ",
       labels.sizes()) : std::string("no labels"));
 }
 

@@ -36,7 +36,7 @@ SegmentResult EmulatedExecutor::run(const schedule::Schedule& schedule,
                                     std::vector<Stage*>& stages, const SegmentContext& context) {
   detail::check_stages(schedule, stages);
   const int K = schedule.num_workers;
-  const auto wiring = detail::Wiring::chain(K);
+  const auto wiring = detail::Wiring::pipeline(stages);
   MailboxLinks links(wiring);
   std::vector<detail::WorkerLoop> loops;
   loops.reserve(K);

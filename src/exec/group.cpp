@@ -44,7 +44,7 @@ class RankGroup : public Group {
   std::pair<torch::Tensor, torch::Tensor> predict(Pipeline& pipeline, const torch::Tensor& x,
                                                   const torch::Tensor& target,
                                                   int64_t index) override {
-    auto out = predict_distributed(*group_, pipeline.stage(group_->rank()), x, target, index);
+    auto out = predict_distributed(*group_, pipeline.stages(), x, target, index);
     if (out.output.defined()) out.target = out.target.to(out.output.device());
     return {out.output, out.target};
   }

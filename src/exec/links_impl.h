@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -21,6 +22,7 @@
 #include <torch/types.h>
 
 #include "stalepipe/exec/device_stream.h"
+#include "stalepipe/exec/stage.h"
 
 namespace stalepipe::exec::detail {
 
@@ -34,7 +36,8 @@ struct Route {
   std::vector<std::string> names;  // the tensors of every message on it, in order
 };
 
-// Tensor names of the chain's routes.
+// Tensor names of the chain's routes; a skip tensor and its gradient go by the skip's name
+// (models/skips.h reserves these three).
 inline const char* const kActivation = "activation";
 inline const char* const kTarget = "target";  // travels with the activation to the last worker
 inline const char* const kGradient = "gradient";
@@ -44,6 +47,11 @@ class Wiring {
  public:
   // A chain of `workers`: worker k sends (activation, target) to k+1 and gradient to k-1.
   static Wiring chain(int workers);
+  // The chain of `stages` and their skip tensors (Stage::skip_outputs to skip_inputs): a skip
+  // to the next worker rides on the chain's messages (after the chain's tensors), one to a
+  // later worker has a route of its own, and its gradient goes back the same way. Throws
+  // RuntimeError where a skip has no producer or consumer or goes backwards.
+  static Wiring pipeline(const std::vector<Stage*>& stages);
 
   const std::vector<Route>& routes() const { return routes_; }
   // The route from `source` to `destination` in `lane`; RuntimeError if there is none.
@@ -52,6 +60,8 @@ class Wiring {
   static void check_names(const Route& route, const std::vector<std::string>& names);
 
  private:
+  // skips: (producer, consumer) -> the names of the skip tensors between them.
+  static Wiring make(int workers, const std::map<std::pair<int, int>, std::vector<std::string>>& skips);
   std::vector<Route> routes_;
 };
 

@@ -56,8 +56,12 @@ std::vector<std::string> loss_names() {
 }
 
 Score top1_accuracy(const torch::Tensor& output, const torch::Tensor& target) {
-  if (output.dim() != 2 || target.dim() != 1 || target.scalar_type() != torch::kLong) return {};
-  return {0, target.size(0), output.argmax(1).eq(target).sum()};
+  if (output.dim() < 2 || target.dim() != output.dim() - 1 || target.scalar_type() != torch::kLong) return {};
+  for (int64_t d = 2; d < output.dim(); ++d) {
+    if (output.size(d) != target.size(d - 1)) return {};
+  }
+  if (output.size(0) != target.size(0)) return {};
+  return {0, target.numel(), output.argmax(1).eq(target).sum()};
 }
 
 int64_t correct_of(const Score& score) {

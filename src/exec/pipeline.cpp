@@ -4,6 +4,16 @@
 
 namespace stalepipe::exec {
 
+StageUnits stage_units(const models::Model& model, const partition::Plan& plan, int k) {
+  StageUnits out;
+  const auto [begin, end] = plan.unit_ranges.at(k);
+  for (size_t u = begin; u < end; ++u) {
+    out.module->push_back(model.units[u].name, model.units[u].module);
+    out.skips.push_back(model.units[u].skips);
+  }
+  return out;
+}
+
 Pipeline::Pipeline(const models::Model& model, const partition::Plan& plan,
                    const std::vector<torch::Device>& devices, optim::SgdOptions sgd, Objective objective,
                    uint64_t seed, torch::MemoryFormat memory_format) {
@@ -11,18 +21,36 @@ Pipeline::Pipeline(const models::Model& model, const partition::Plan& plan,
   SP_CHECK_ARG(static_cast<int>(devices.size()) == K, "pipeline of ", K, " partitions needs ", K,
                " devices, got ", devices.size());
   for (int k = 0; k < K; ++k) {
-    torch::nn::Sequential seq;
-    const auto [begin, end] = plan.unit_ranges[k];
-    for (size_t u = begin; u < end; ++u) seq->push_back(model.units[u].name, model.units[u].module);
-    stages_.push_back(std::make_unique<Stage>(k, K, seq, devices[k], sgd, objective, seed, memory_format,
-                                              plan.recomputed_units(k)));
+    StageUnits units = stage_units(model, plan, k);
+    stages_.push_back(std::make_unique<Stage>(k, K, units.module, devices[k], sgd, objective, seed, memory_format,
+                                              plan.recomputed_units(k), std::move(units.skips)));
     stage_ptrs_.push_back(stages_.back().get());
   }
 }
 
-torch::Tensor Pipeline::predict(const torch::Tensor& input) {
+torch::Tensor Pipeline::predict(const torch::Tensor& input) { return forward_stages(input, nullptr); }
+
+std::vector<std::pair<StageTensors, StageTensors>> Pipeline::trace(const torch::Tensor& input) {
+  std::vector<std::pair<StageTensors, StageTensors>> steps;
+  forward_stages(input, &steps);
+  return steps;
+}
+
+torch::Tensor Pipeline::forward_stages(const torch::Tensor& input,
+                                       std::vector<std::pair<StageTensors, StageTensors>>* steps) {
   torch::Tensor x = input;
-  for (auto& stage : stages_) x = stage->predict(x);
+  models::SkipTable skips;  // sent by earlier partitions, not yet taken
+  for (auto& stage : stages_) {
+    StageTensors in{x, {}};
+    for (const std::string& name : stage->skip_inputs()) {
+      in.skips.push_back(skips.at(name));
+      skips.erase(name);
+    }
+    StageTensors out = stage->predict(in);
+    x = out.main;
+    for (size_t i = 0; i < out.skips.size(); ++i) skips[stage->skip_outputs()[i]] = out.skips[i];
+    if (steps) steps->emplace_back(std::move(in), std::move(out));
+  }
   return x;
 }
 

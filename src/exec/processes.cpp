@@ -10,6 +10,7 @@
 #include <condition_variable>
 #include <cstdlib>
 #include <deque>
+#include <map>
 #include <mutex>
 #include <thread>
 
@@ -351,21 +352,43 @@ void ProcessGroup::barrier() {
 namespace {
 
 // Tags: each (step, micro-batch) index has a block of tags, two (header, payload) for every
-// tensor of every route; evaluation batches use a range of their own above 2^29.
-enum EvalSlot { kEvalActivation = 0, kEvalTarget = 2 };
-int eval_tag(int64_t index, EvalSlot slot) {
-  return (1 << 29) + static_cast<int>((index % (1 << 24)) * 8 + slot);
+// tensor of every route; evaluation batches use a range of their own above 2^29, a block of
+// 64 per batch: the activation, the target, then the skip tensors.
+constexpr int kEvalActivation = 0, kEvalTarget = 2, kEvalSkips = 4, kEvalTagsPerIndex = 64;
+int eval_tag(int64_t index, int slot) {
+  return (1 << 29) + static_cast<int>((index % (1 << 22)) * kEvalTagsPerIndex + slot);
+}
+
+// Where each skip tensor goes in an evaluation pass, and its tag slot.
+struct EvalSkip {
+  int source = 0, destination = 0, slot = 0;
+};
+std::map<std::string, EvalSkip> eval_skips(const detail::Wiring& wiring) {
+  std::map<std::string, EvalSkip> skips;
+  int slot = kEvalSkips;
+  for (const auto& route : wiring.routes()) {
+    if (route.lane != detail::Lane::kActivation) continue;
+    for (const std::string& name : route.names) {
+      if (name == detail::kActivation || name == detail::kTarget) continue;
+      SP_CHECK(slot < kEvalTagsPerIndex, "processes executor: more than ", (kEvalTagsPerIndex - kEvalSkips) / 2,
+               " skip tensors cross registers; evaluation has tags for no more");
+      skips[name] = {route.source, route.destination, slot};
+      slot += 2;
+    }
+  }
+  return skips;
 }
 
 // Worker `rank`'s links over the group. A message goes as its tensors in the route's order,
 // each a header and a payload (the first header carries the stop mark and the batch size); a
 // stop marker is one header. recv() does not get the step, so the links follow the worker's
-// operation list: the n-th receive of an activation belongs to the n-th forward (a stopped
-// segment skips only a suffix of forwards and backwards).
+// operation list: the n-th message of an activation route belongs to the worker's n-th
+// forward, of a gradient route to its n-th backward (a stopped segment skips only a suffix of
+// forwards and backwards).
 class GroupLinks final : public detail::Links {
  public:
   GroupLinks(ProcessGroup& group, const detail::Wiring& wiring, const schedule::Schedule& schedule, int rank)
-      : group_(group), micro_batches_(schedule.micro_batches) {
+      : group_(group), micro_batches_(schedule.micro_batches), received_(wiring.routes().size(), 0) {
     for (const auto& route : wiring.routes()) {
       first_tag_.push_back(tags_per_index_);
       tags_per_index_ += 2 * static_cast<int64_t>(route.names.size());
@@ -389,7 +412,7 @@ class GroupLinks final : public detail::Links {
   }
   detail::Message recv(const detail::Route& route) override {
     const bool forward = route.lane == detail::Lane::kActivation;
-    const schedule::Op op = forward ? next(forwards_, next_forward_) : next(backwards_, next_backward_);
+    const schedule::Op op = next(forward ? forwards_ : backwards_, received_[route.id]);
     detail::Message m;
     m.micro = op.micro;
     for (size_t i = 0; i < route.names.size(); ++i) {
@@ -417,7 +440,7 @@ class GroupLinks final : public detail::Links {
   std::vector<int64_t> first_tag_;  // [route id]: its first tag within an index's block
   int64_t tags_per_index_ = 0;
   std::vector<schedule::Op> forwards_, backwards_;
-  size_t next_forward_ = 0, next_backward_ = 0;
+  std::vector<size_t> received_;  // [route id]: messages received on it
 };
 
 class ProcessesExecutor final : public Executor {
@@ -433,7 +456,7 @@ class ProcessesExecutor final : public Executor {
              group_->size(), " ranks");
     detail::check_stages(schedule, stages);
     detail::use_worker_threads(context, r);
-    const auto wiring = detail::Wiring::chain(K);
+    const auto wiring = detail::Wiring::pipeline(stages);
     GroupLinks links(*group_, wiring, schedule, r);
     detail::WorkerLoop loop(schedule, wiring, r, *stages[r], links, context);
     try {
@@ -461,21 +484,32 @@ std::unique_ptr<Executor> make_processes_executor(std::shared_ptr<ProcessGroup> 
   return std::make_unique<ProcessesExecutor>(std::move(group));
 }
 
-DistributedPrediction predict_distributed(ProcessGroup& group, Stage& stage,
+DistributedPrediction predict_distributed(ProcessGroup& group, const std::vector<Stage*>& stages,
                                           const torch::Tensor& input, const torch::Tensor& target,
                                           int64_t index) {
   const int r = group.rank();
   const int K = group.size();
   DistributedPrediction out;
   try {
-    torch::Tensor x = r == 0 ? input : group.recv_tensor(r - 1, eval_tag(index, kEvalActivation)).tensor;
-    torch::Tensor y = stage.predict(x);
+    Stage& stage = *stages.at(r);
+    const auto skips = eval_skips(detail::Wiring::pipeline(stages));
+    StageTensors x;
+    x.main = r == 0 ? input : group.recv_tensor(r - 1, eval_tag(index, kEvalActivation)).tensor;
+    for (const std::string& name : stage.skip_inputs()) {
+      const EvalSkip& skip = skips.at(name);
+      x.skips.push_back(group.recv_tensor(skip.source, eval_tag(index, skip.slot)).tensor);
+    }
+    StageTensors y = stage.predict(x);
+    for (size_t i = 0; i < y.skips.size(); ++i) {
+      const EvalSkip& skip = skips.at(stage.skip_outputs()[i]);
+      group.send_tensor(y.skips[i], skip.destination, eval_tag(index, skip.slot), index);
+    }
     if (r + 1 < K) {
-      group.send_tensor(y, r + 1, eval_tag(index, kEvalActivation), index);
+      group.send_tensor(y.main, r + 1, eval_tag(index, kEvalActivation), index);
       if (r == 0) group.send_tensor(target, K - 1, eval_tag(index, kEvalTarget), index);
       return out;
     }
-    out.output = y;
+    out.output = y.main;
     out.target = r == 0 ? target : group.recv_tensor(0, eval_tag(index, kEvalTarget)).tensor;
   } catch (...) {
     group.mark_failed();

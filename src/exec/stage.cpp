@@ -1,6 +1,8 @@
 #include "stalepipe/exec/stage.h"
 
+#include <algorithm>
 #include <optional>
+#include <set>
 
 #include <torch/autograd.h>
 
@@ -14,12 +16,28 @@ namespace stalepipe::exec {
 
 Stage::Stage(int index, int num_stages, torch::nn::Sequential module, torch::Device device,
              optim::SgdOptions sgd, Objective objective, uint64_t seed, torch::MemoryFormat memory_format,
-             size_t recompute_units)
-    : index_(index), num_stages_(num_stages), module_(std::move(module)), device_(device),
+             size_t recompute_units, std::vector<models::Skips> skips)
+    : index_(index), num_stages_(num_stages), module_(std::move(module)), skips_(std::move(skips)), device_(device),
       stream_(make_stream(device)), objective_(std::move(objective)), seed_(seed), memory_format_(memory_format),
       recompute_units_(recompute_units) {
   SP_CHECK_ARG(recompute_units_ <= module_->size(), "partition ", index_ + 1, " has ", module_->size(),
                " units; cannot recompute ", recompute_units_);
+  if (skips_.empty()) skips_.resize(module_->size());
+  for (const auto& child : module_->named_children()) unit_names_.push_back(child.key());
+  SP_CHECK_ARG(skips_.size() == module_->size(), "partition ", index_ + 1, " has ", module_->size(),
+               " units but skips for ", skips_.size());
+  std::set<std::string> stashed;
+  for (const models::Skips& unit : skips_) {
+    for (const std::string& name : unit.pops) {
+      if (!stashed.erase(name)) skip_inputs_.push_back(name);
+    }
+    for (const std::string& name : unit.stashes) stashed.insert(name);
+  }
+  for (const models::Skips& unit : skips_) {
+    for (const std::string& name : unit.stashes) {
+      if (stashed.count(name)) skip_outputs_.push_back(name);
+    }
+  }
   module_->to(device_);
   models::to_memory_format(*module_, memory_format_);  // before the optimizer keeps any state
   module_->train();
@@ -115,14 +133,21 @@ void Stage::clear_in_flight() {
   optimizer_->zero_grad();
 }
 
-torch::Tensor Stage::run_units(size_t first, size_t last, torch::Tensor x) {
+torch::Tensor Stage::run_units(size_t first, size_t last, torch::Tensor x, models::SkipTable& table) {
   // x is a register's leaf (shares its storage with the previous partition's output), a
   // batch, or what a recomputation runs from again: a unit that writes into it gets a copy.
   if (first < last && writes_input_[first]) x = x.clone();
-  for (auto unit = module_->begin() + first; unit != module_->begin() + last; ++unit) {
-    x = unit->forward(x);
+  for (size_t u = first; u < last; ++u) {
+    torch::nn::AnyModule& unit = *(module_->begin() + static_cast<std::ptrdiff_t>(u));
+    x = skips_[u].empty() ? unit.forward(x) : models::forward_unit(unit, unit_names_[u], skips_[u], x, table);
   }
   return x;
+}
+
+models::SkipTable Stage::input_table(const std::vector<torch::Tensor>& skips) const {
+  models::SkipTable table;
+  for (size_t i = 0; i < skips.size(); ++i) table.emplace(skip_inputs_[i], skips[i]);
+  return table;
 }
 
 torch::Tensor Stage::forward_with_weights(int64_t step, int micro, Pending& p) {
@@ -144,31 +169,56 @@ torch::Tensor Stage::forward_with_weights(int64_t step, int micro, Pending& p) {
   // Recomputation needs them too, where stashing does not keep them already.
   if (recompute_units_ > 0 && !stash_weights_ && restore) p.head_weights = shared_copy(recompute_params_);
   models::RandomScope random(forward_seed(seed_, index_, step, micro));
-  if (recompute_units_ == 0) return run_units(0, module_->size(), p.input);
-  torch::Tensor head;
-  {
-    torch::NoGradGuard no_grad;  // nothing of these units is kept but their output
-    head = run_units(0, recompute_units_, p.input);
+  models::SkipTable table = input_table(p.skip_inputs);
+  torch::Tensor x = p.input;
+  if (recompute_units_ > 0) {
+    {
+      torch::NoGradGuard no_grad;  // nothing of these units is kept but their outputs
+      x = run_units(0, recompute_units_, x, table);
+    }
+    p.head_output = x.detach().requires_grad_(true);
+    x = p.head_output;
+    // What they stashed becomes leaves too, whose gradients the recomputation continues from.
+    for (auto& [name, value] : table) {
+      if (value.requires_grad()) continue;  // a skip input they left for the later units
+      value = value.detach().requires_grad_(true);
+      p.head_stashes.emplace(name, value);
+    }
   }
-  p.head_output = head.detach().requires_grad_(true);
-  return run_units(recompute_units_, module_->size(), p.head_output);
+  x = run_units(recompute_units_, module_->size(), x, table);
+  for (const std::string& name : skip_outputs_) p.skip_outputs.push_back(table.at(name));
+  return x;
+}
+
+void Stage::take_inputs(const StageTensors& input, Pending& p) const {
+  SP_CHECK(input.skips.size() == skip_inputs_.size(), "partition ", index_ + 1, " takes ",
+           skip_inputs_.size(), " skip tensors, got ", input.skips.size());
+  p.input = prepare_input(input.main);
+  for (const torch::Tensor& skip : input.skips) {
+    p.skip_inputs.push_back(models::in_memory_format(to_device(skip), memory_format_).detach().requires_grad_(true));
+  }
+}
+
+StageTensors Stage::forward(int64_t step, const StageTensors& input, int micro) {
+  SP_CHECK(!is_last(), "partition ", index_ + 1, ": forward() called on the last partition");
+  Pending p;
+  take_inputs(input, p);
+  p.output = forward_with_weights(step, micro, p);
+  StageTensors out{p.output.detach(), {}};
+  for (const torch::Tensor& skip : p.skip_outputs) out.skips.push_back(skip.detach());
+  in_flight_.emplace(Key{step, micro}, std::move(p));
+  return out;
 }
 
 torch::Tensor Stage::forward(int64_t step, const torch::Tensor& input, int micro) {
-  SP_CHECK(!is_last(), "partition ", index_ + 1, ": forward() called on the last partition");
-  Pending p;
-  p.input = prepare_input(input);
-  p.output = forward_with_weights(step, micro, p);
-  torch::Tensor register_value = p.output.detach();
-  in_flight_.emplace(Key{step, micro}, std::move(p));
-  return register_value;
+  return forward(step, StageTensors{input, {}}, micro).main;
 }
 
-PendingLoss Stage::forward_loss(int64_t step, const torch::Tensor& input,
-                             const torch::Tensor& target, int micro, double loss_scale) {
+PendingLoss Stage::forward_loss(int64_t step, const StageTensors& input,
+                                const torch::Tensor& target, int micro, double loss_scale) {
   SP_CHECK(is_last(), "partition ", index_ + 1, ": forward_loss() on a non-last partition");
   Pending p;
-  p.input = prepare_input(input);
+  take_inputs(input, p);
   const torch::Tensor output = forward_with_weights(step, micro, p);
   const torch::Tensor y = to_device(target);
   const torch::Tensor loss = objective_.loss(output, y);
@@ -186,6 +236,11 @@ PendingLoss Stage::forward_loss(int64_t step, const torch::Tensor& input,
   return result;
 }
 
+PendingLoss Stage::forward_loss(int64_t step, const torch::Tensor& input, const torch::Tensor& target,
+                                int micro, double loss_scale) {
+  return forward_loss(step, StageTensors{input, {}}, target, micro, loss_scale);
+}
+
 Stage::Pending& Stage::pending(int64_t step, int micro, const char* what) {
   auto it = in_flight_.find({step, micro});
   SP_CHECK(it != in_flight_.end(), "partition ", index_ + 1, ", mini-batch ", step,
@@ -193,40 +248,78 @@ Stage::Pending& Stage::pending(int64_t step, int micro, const char* what) {
   return it->second;
 }
 
-torch::Tensor Stage::backward(int64_t step, const torch::Tensor& grad_output, int micro) {
+namespace {
+
+// Gradient of a leaf the backward filled, or zeros where nothing downstream used it (a message
+// carries a tensor for every name).
+torch::Tensor grad_of(const torch::Tensor& leaf) {
+  const torch::Tensor& g = leaf.grad();
+  return g.defined() ? g : torch::zeros_like(leaf);
+}
+
+}  // namespace
+
+StageTensors Stage::backward(int64_t step, const StageTensors& grad_output, int micro) {
   Pending& p = pending(step, micro, "backward");
   std::optional<RestoreWeights> restore;
   if (p.weights) {  // the forward ran with other weights than the current ones
     restore.emplace(optimizer_->params());
     write_weights(optimizer_->params(), *p.weights);
   }
-  torch::Tensor grad_head;  // of the recomputed units' output
+  std::vector<torch::Tensor> roots, grads;
   if (is_last()) {
-    p.output.backward();
+    roots.push_back(p.output);
   } else {
-    SP_CHECK(grad_output.defined(), "partition ", index_ + 1, ", mini-batch ", step,
+    SP_CHECK(grad_output.main.defined(), "partition ", index_ + 1, ", mini-batch ", step,
              ": backward needs the gradient of the partition's output");
-    // Where every unit is recomputed, the output is their output: nothing runs before them.
-    const bool all_recomputed = p.head_output.defined() && p.output.is_same(p.head_output);
-    if (all_recomputed) {
-      grad_head = grad_output.to(device_);
-    } else {
-      p.output.backward(grad_output.to(device_));
+    SP_CHECK(grad_output.skips.size() == p.skip_outputs.size(), "partition ", index_ + 1, ", mini-batch ", step,
+             ": backward needs the gradients of its ", p.skip_outputs.size(), " skip outputs, got ",
+             grad_output.skips.size());
+    roots.push_back(p.output);
+    grads.push_back(grad_output.main.to(device_));
+    for (size_t i = 0; i < p.skip_outputs.size(); ++i) {
+      roots.push_back(p.skip_outputs[i]);
+      grads.push_back(grad_output.skips[i].to(device_));
     }
   }
-  if (p.head_output.defined()) recompute_backward(step, micro, p, grad_head);
-  torch::Tensor grad_input = is_first() ? torch::Tensor() : p.input.grad();
+  // A root may be a leaf (a recomputed unit's output or stash, an input stashed unchanged):
+  // backward fills its grad. One that needs no gradient (data stashed by the first stage) has
+  // no graph to run.
+  for (size_t i = roots.size(); i-- > 0;) {
+    if (!roots[i].requires_grad()) {
+      roots.erase(roots.begin() + static_cast<std::ptrdiff_t>(i));
+      if (!grads.empty()) grads.erase(grads.begin() + static_cast<std::ptrdiff_t>(i));
+    }
+  }
+  if (!roots.empty()) torch::autograd::backward(roots, grads);
+  if (p.head_output.defined()) recompute_backward(step, micro, p);
+  StageTensors grad_input;
+  if (!is_first()) grad_input.main = p.input.grad();
+  for (const torch::Tensor& skip : p.skip_inputs) grad_input.skips.push_back(grad_of(skip));
   in_flight_.erase({step, micro});
   return grad_input;
 }
 
-void Stage::recompute_backward(int64_t step, int micro, Pending& p, torch::Tensor grad) {
-  if (!grad.defined()) grad = p.head_output.grad();
-  // The forward's copy of their output goes before the recomputation makes its own.
+torch::Tensor Stage::backward(int64_t step, const torch::Tensor& grad_output, int micro) {
+  return backward(step, StageTensors{grad_output, {}}, micro).main;
+}
+
+void Stage::recompute_backward(int64_t step, int micro, Pending& p) {
+  std::vector<torch::Tensor> grads = {p.head_output.grad()};
+  std::vector<std::string> stashes;
+  for (const auto& [name, leaf] : p.head_stashes) {
+    stashes.push_back(name);
+    grads.push_back(leaf.grad());
+  }
+  // The forward's copies of their outputs go before the recomputation makes its own.
   p.output.reset();
+  p.skip_outputs.clear();
   p.head_output.reset();
-  if (!grad.defined()) return;  // the rest of the stage did not use their output
-  torch::Tensor head;
+  p.head_stashes.clear();
+  if (std::none_of(grads.begin(), grads.end(), [](const torch::Tensor& g) { return g.defined(); })) {
+    return;  // the rest of the stage did not use their outputs
+  }
+  std::vector<torch::Tensor> roots;
   {
     std::optional<RestoreWeights> restore;
     if (p.head_weights) {
@@ -235,10 +328,18 @@ void Stage::recompute_backward(int64_t step, int micro, Pending& p, torch::Tenso
     }
     RestoreWeights keep_statistics(recompute_buffers_);
     models::RandomScope random(forward_seed(seed_, index_, step, micro));
-    head = run_units(0, recompute_units_, p.input);
+    models::SkipTable table = input_table(p.skip_inputs);
+    roots.push_back(run_units(0, recompute_units_, p.input, table));
+    for (const std::string& name : stashes) roots.push_back(table.at(name));
   }
   // With the current weights back, as the backward without recomputation would see them.
-  head.backward(grad);
+  std::vector<torch::Tensor> used_roots, used_grads;
+  for (size_t i = 0; i < roots.size(); ++i) {
+    if (!grads[i].defined() || !roots[i].requires_grad()) continue;
+    used_roots.push_back(roots[i]);
+    used_grads.push_back(grads[i]);
+  }
+  if (!used_roots.empty()) torch::autograd::backward(used_roots, used_grads);
 }
 
 void Stage::update(int64_t step, double lr) {
@@ -264,12 +365,19 @@ void Stage::update(int64_t step, double lr) {
   last_update_step_ = step;
 }
 
-torch::Tensor Stage::predict(const torch::Tensor& input) {
+StageTensors Stage::predict(const StageTensors& input) {
   torch::NoGradGuard no_grad;
   module_->eval();
-  torch::Tensor out = run_units(0, module_->size(), models::in_memory_format(to_device(input), memory_format_));
+  std::vector<torch::Tensor> skips;
+  for (const torch::Tensor& skip : input.skips) skips.push_back(models::in_memory_format(to_device(skip), memory_format_));
+  models::SkipTable table = input_table(skips);
+  StageTensors out;
+  out.main = run_units(0, module_->size(), models::in_memory_format(to_device(input.main), memory_format_), table);
+  for (const std::string& name : skip_outputs_) out.skips.push_back(table.at(name));
   module_->train();
   return out;
 }
+
+torch::Tensor Stage::predict(const torch::Tensor& input) { return predict(StageTensors{input, {}}).main; }
 
 }  // namespace stalepipe::exec

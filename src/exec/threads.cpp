@@ -49,7 +49,7 @@ SegmentResult ThreadsExecutor::run(const schedule::Schedule& schedule,
   for (int k = 0; k + 1 < K; ++k) {
     capacity.push_back(static_cast<size_t>(stats.workers[k].max_in_flight) * schedule.micro_batches + 1);
   }
-  const auto wiring = detail::Wiring::chain(K);
+  const auto wiring = detail::Wiring::pipeline(stages);
   ChannelLinks links(wiring, capacity);
 
   std::mutex error_mutex;

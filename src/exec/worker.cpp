@@ -21,15 +21,20 @@ WorkerLoop::WorkerLoop(const schedule::Schedule& schedule, const Wiring& wiring,
                        Stage& stage, Links& links, const SegmentContext& context)
     : schedule_(schedule), worker_(worker), stage_(stage), links_(links), context_(context),
       cutoff_(schedule.end_step) {
-  const int K = schedule.num_workers;
-  if (worker > 0) {
-    activation_in_ = &wiring.find(worker - 1, worker, Lane::kActivation);
-    gradient_out_ = &wiring.find(worker, worker - 1, Lane::kGradient);
+  for (const Route& r : wiring.routes()) {
+    const bool forward = r.lane == Lane::kActivation;
+    if (r.destination == worker && forward) {
+      (r.source == worker - 1 ? activation_in_ : skips_in_.emplace_back()) = &r;
+    } else if (r.source == worker && forward) {
+      (r.destination == worker + 1 ? activation_out_ : skips_out_.emplace_back()) = &r;
+    } else if (r.destination == worker) {
+      gradients_in_.push_back(&r);
+    } else if (r.source == worker) {
+      gradients_out_.push_back(&r);
+    }
   }
-  if (worker + 1 < K) {
-    activation_out_ = &wiring.find(worker, worker + 1, Lane::kActivation);
-    gradient_in_ = &wiring.find(worker + 1, worker, Lane::kGradient);
-  }
+  SP_CHECK((worker == 0) == !activation_in_ && (worker + 1 == schedule.num_workers) == !activation_out_,
+           "pipeline wiring: worker ", worker + 1, " of ", schedule.num_workers, " is not in the chain");
   stage_.begin_segment(schedule, context.lr);
   stage_.stream().join_current();
 }
@@ -132,19 +137,44 @@ Message WorkerLoop::next_input(int64_t step, int micro) {
   return in;
 }
 
+void WorkerLoop::receive_all(const std::vector<const Route*>& routes, const schedule::Op& op, Message& into) {
+  for (const Route* route : routes) {
+    Message in = receive(route);
+    SP_CHECK(in.step == op.step && in.micro == op.micro, "message from partition ", route->source + 1,
+             " out of order: expected ", schedule::to_string(op), ", received ",
+             schedule::to_string({op.kind, in.step, in.micro}));
+    for (auto& entry : in.tensors) into.tensors.push_back(std::move(entry));
+  }
+}
+
+void WorkerLoop::send_all(const std::vector<const Route*>& routes, Message& all) {
+  for (const Route* route : routes) {
+    Message out;
+    out.step = all.step;
+    out.micro = all.micro;
+    out.batch_samples = all.batch_samples;
+    for (const std::string& name : route->names) out.put(name, all.at(name));
+    send(route, std::move(out));
+  }
+}
+
 void WorkerLoop::forward(int64_t step, int micro) {
   const bool last = worker_ == schedule_.num_workers - 1;
   Message in = next_input(step, micro);
-  input_arrived();
   if (in.stop) {
+    input_arrived();
     cutoff_ = step;
     if (!last) send(activation_out_, std::move(in));
     return;
   }
+  receive_all(skips_in_, {schedule::OpKind::kForward, step, micro}, in);
+  input_arrived();
+  StageTensors x{in.at(kActivation), {}};
+  for (const std::string& name : stage_.skip_inputs()) x.skips.push_back(in.at(name));
   if (last) {
     const torch::Tensor& target = in.at(kTarget);
     const double share = static_cast<double>(target.size(0)) / static_cast<double>(in.batch_samples);
-    losses_.push_back(stage_.forward_loss(step, in.at(kActivation), target, micro, share));
+    losses_.push_back(stage_.forward_loss(step, x, target, micro, share));
     loss_steps_.push_back(step);
     const int64_t every = std::max<int64_t>(1, context_.read_losses_every);
     if (micro == schedule_.micro_batches - 1 &&
@@ -153,33 +183,32 @@ void WorkerLoop::forward(int64_t step, int micro) {
     }
     return;
   }
+  StageTensors y = stage_.forward(step, x, micro);
   Message out;
   out.step = step;
   out.micro = micro;
-  out.put(kActivation, stage_.forward(step, in.at(kActivation), micro));
-  out.put(kTarget, std::move(in.at(kTarget)));
   out.batch_samples = in.batch_samples;
-  send(activation_out_, std::move(out));
+  out.put(kActivation, std::move(y.main));
+  out.put(kTarget, std::move(in.at(kTarget)));
+  for (size_t i = 0; i < y.skips.size(); ++i) out.put(stage_.skip_outputs()[i], std::move(y.skips[i]));
+  send_all(skips_out_, out);
+  send_all({activation_out_}, out);
 }
 
 void WorkerLoop::backward(int64_t step, int micro) {
-  torch::Tensor grad_output;
-  if (worker_ != schedule_.num_workers - 1) {
-    Message in = receive(gradient_in_);
-    SP_CHECK(in.step == step && in.micro == micro, "gradient out of order: expected ",
-             schedule::to_string({schedule::OpKind::kBackward, step, micro}), ", received ",
-             schedule::to_string({schedule::OpKind::kBackward, in.step, in.micro}));
-    grad_output = std::move(in.at(kGradient));
-    input_arrived();
-  }
-  torch::Tensor grad_input = stage_.backward(step, grad_output, micro);
-  if (worker_ != 0) {
-    Message out;
-    out.step = step;
-    out.micro = micro;
-    out.put(kGradient, std::move(grad_input));
-    send(gradient_out_, std::move(out));
-  }
+  Message in;
+  receive_all(gradients_in_, {schedule::OpKind::kBackward, step, micro}, in);
+  if (!gradients_in_.empty()) input_arrived();
+  StageTensors grad_output;
+  if (worker_ != schedule_.num_workers - 1) grad_output.main = std::move(in.at(kGradient));
+  for (const std::string& name : stage_.skip_outputs()) grad_output.skips.push_back(std::move(in.at(name)));
+  StageTensors grad_input = stage_.backward(step, grad_output, micro);
+  Message out;
+  out.step = step;
+  out.micro = micro;
+  if (worker_ != 0) out.put(kGradient, std::move(grad_input.main));
+  for (size_t i = 0; i < grad_input.skips.size(); ++i) out.put(stage_.skip_inputs()[i], std::move(grad_input.skips[i]));
+  send_all(gradients_out_, out);
 }
 
 void WorkerLoop::read_losses() {

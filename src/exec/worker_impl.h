@@ -47,6 +47,11 @@ class WorkerLoop {
   void send(const Route* route, Message message);
   void forward(int64_t step, int micro);
   void backward(int64_t step, int micro);
+  // Receives the next message of each route into `into` (tensors appended), checking that it
+  // belongs to `op`'s mini-batch.
+  void receive_all(const std::vector<const Route*>& routes, const schedule::Op& op, Message& into);
+  // Sends to each route a message of (step, micro) with the tensors of `all` it names.
+  void send_all(const std::vector<const Route*>& routes, Message& all);
   // The last worker: reports every loss held to context.on_step, in step order; throws
   // DivergedError at the first that is not finite.
   void read_losses();
@@ -55,11 +60,12 @@ class WorkerLoop {
   int worker_;
   Stage& stage_;
   Links& links_;
-  // This worker's routes in the chain (null at its ends).
+  // This worker's routes in the chain (null at its ends), and those of skip tensors to and
+  // from workers further away.
   const Route* activation_in_ = nullptr;
   const Route* activation_out_ = nullptr;
-  const Route* gradient_in_ = nullptr;
-  const Route* gradient_out_ = nullptr;
+  std::vector<const Route*> skips_in_, skips_out_;
+  std::vector<const Route*> gradients_in_, gradients_out_;
   const SegmentContext& context_;
   int64_t cutoff_;
   int64_t current_step_ = -1;

@@ -120,30 +120,46 @@ double LinearBlockImpl::forward_flops(const std::vector<int64_t>& /*input_shape*
 }
 
 // ---------------------------------------------------------------------------------------------
-BasicBlockImpl::BasicBlockImpl(int64_t in_planes_, int64_t planes_, int64_t stride_,
-                               Shortcut shortcut_kind_)
-    : in_planes(in_planes_), planes(planes_), stride(stride_), shortcut_kind(shortcut_kind_) {
-  reset();
+namespace {
+
+torch::nn::Conv2d block_conv(int64_t in, int64_t out, int64_t kernel, int64_t stride) {
+  return torch::nn::Conv2d(torch::nn::Conv2dOptions(in, out, kernel).stride(stride).padding(kernel / 2).bias(false));
 }
 
-void BasicBlockImpl::reset() {
-  SP_CHECK_ARG(in_planes >= 1 && planes >= 1 && stride >= 1,
-               "BasicBlock: channels and stride must be >= 1, got ", in_planes, " -> ", planes,
-               " stride ", stride);
-  SP_CHECK_ARG(planes >= in_planes || shortcut_kind == Shortcut::kProjection,
-               "BasicBlock: option-A shortcut needs planes >= in_planes, got ", in_planes, " -> ",
-               planes);
-  auto conv = [](int64_t in, int64_t out, int64_t kernel, int64_t stride) {
-    return torch::nn::Conv2d(
-        torch::nn::Conv2dOptions(in, out, kernel).stride(stride).padding(kernel / 2).bias(false));
-  };
-  conv1 = register_module("conv1", conv(in_planes, planes, 3, stride));
-  bn1 = register_module("bn1", torch::nn::BatchNorm2d(planes));
-  conv2 = register_module("conv2", conv(planes, planes, 3, 1));
-  bn2 = register_module("bn2", torch::nn::BatchNorm2d(planes));
-  if (shortcut_kind == Shortcut::kProjection && changes_shape()) {
-    shortcut_conv = register_module("shortcut_conv", conv(in_planes, planes, 1, stride));
-    shortcut_bn = register_module("shortcut_bn", torch::nn::BatchNorm2d(planes));
+}  // namespace
+
+BasicBlockHeadImpl::BasicBlockHeadImpl(BasicBlockOptions options_) : options(options_) { reset(); }
+
+void BasicBlockHeadImpl::reset() {
+  const auto& o = options;
+  SP_CHECK_ARG(o.in_planes() >= 1 && o.planes() >= 1 && o.stride() >= 1,
+               "BasicBlock: channels and stride must be >= 1, got ", o.in_planes(), " -> ", o.planes(),
+               " stride ", o.stride());
+  SP_CHECK_ARG(o.planes() >= o.in_planes() || o.shortcut() == Shortcut::kProjection,
+               "BasicBlock: option-A shortcut needs planes >= in_planes, got ", o.in_planes(), " -> ",
+               o.planes());
+  conv1 = register_module("conv1", block_conv(o.in_planes(), o.planes(), 3, o.stride()));
+  bn1 = register_module("bn1", torch::nn::BatchNorm2d(o.planes()));
+}
+
+std::vector<torch::Tensor> BasicBlockHeadImpl::forward(std::vector<torch::Tensor> inputs) {
+  torch::Tensor h = batch_norm_relu(*bn1, conv1(inputs[0]));
+  return {std::move(h), std::move(inputs[0])};
+}
+
+double BasicBlockHeadImpl::forward_flops(const std::vector<int64_t>& input_shape) const {
+  return conv2d_flops(*conv1, input_shape);
+}
+
+BasicBlockTailImpl::BasicBlockTailImpl(BasicBlockOptions options_) : options(options_) { reset(); }
+
+void BasicBlockTailImpl::reset() {
+  const auto& o = options;
+  conv2 = register_module("conv2", block_conv(o.planes(), o.planes(), 3, 1));
+  bn2 = register_module("bn2", torch::nn::BatchNorm2d(o.planes()));
+  if (o.shortcut() == Shortcut::kProjection && o.changes_shape()) {
+    shortcut_conv = register_module("shortcut_conv", block_conv(o.in_planes(), o.planes(), 1, o.stride()));
+    shortcut_bn = register_module("shortcut_bn", torch::nn::BatchNorm2d(o.planes()));
   }
 }
 
@@ -204,27 +220,25 @@ torch::Tensor option_a_shortcut(const torch::Tensor& input, int64_t stride, int6
   return OptionAShortcut::apply(input, stride, planes);
 }
 
-torch::Tensor BasicBlockImpl::shortcut(const torch::Tensor& input) {
-  if (!changes_shape()) {
+torch::Tensor BasicBlockTailImpl::shortcut(const torch::Tensor& input) {
+  if (!options.changes_shape()) {
     return input;
   }
   if (shortcut_conv) {
     return shortcut_bn(shortcut_conv(input));
   }
-  return option_a_shortcut(input, stride, planes);
+  return option_a_shortcut(input, options.stride(), options.planes());
 }
 
-torch::Tensor BasicBlockImpl::forward(torch::Tensor input) {
-  const torch::Tensor x = batch_norm_relu(*bn1, conv1(input));
-  return batch_norm_relu(*bn2, conv2(x), shortcut(input));
+std::vector<torch::Tensor> BasicBlockTailImpl::forward(std::vector<torch::Tensor> inputs) {
+  return {batch_norm_relu(*bn2, conv2(inputs[0]), shortcut(inputs[1]))};
 }
 
-double BasicBlockImpl::forward_flops(const std::vector<int64_t>& input_shape) const {
-  const double first = conv2d_flops(*conv1, input_shape);
-  const std::vector<int64_t> mid = {planes, conv_output_size(input_shape[1], 3, stride, 1),
-                                    conv_output_size(input_shape[2], 3, stride, 1)};
-  const double projection = shortcut_conv ? conv2d_flops(*shortcut_conv, input_shape) : 0.0;
-  return first + conv2d_flops(*conv2, mid) + projection;
+double BasicBlockTailImpl::forward_flops(const std::vector<int64_t>& input_shape) const {
+  const int64_t s = options.stride();
+  const std::vector<int64_t> block_input = {options.in_planes(), input_shape[1] * s, input_shape[2] * s};
+  const double projection = shortcut_conv ? conv2d_flops(*shortcut_conv, block_input) : 0.0;
+  return conv2d_flops(*conv2, input_shape) + projection;
 }
 
 }  // namespace stalepipe::models

@@ -39,6 +39,10 @@ Model make_resnet_cifar(int64_t depth, const InputShape& input);
 // torchvision's ImageNet ResNet-18; throws UsageError for an input under 32x32.
 Model make_resnet18(const InputShape& input);
 
+// A two-level U-Net with per-pixel logits; throws UsageError unless height and width are
+// multiples of 4.
+Model make_unet(const InputShape& input);
+
 // The ResNet depths the zoo builds, for error messages.
 constexpr const char* kResNetDepths =
     "ResNet depth must be 6n+2 (8, 14, 20, 26, 32, ...) or 18 (the ImageNet ResNet-18)";

@@ -6,6 +6,7 @@
 #include "stalepipe/common/error.h"
 #include "stalepipe/models/blocks.h"
 #include "stalepipe/models/model_builder.h"
+#include "stalepipe/models/skips.h"
 
 namespace stalepipe::models {
 namespace {
@@ -72,6 +73,14 @@ std::string grouped(int64_t value) {
   return digits;
 }
 
+// "pops block1_1", "stashes enc1", both joined by "; ".
+std::string skips_text(const Skips& skips) {
+  std::string text;
+  if (!skips.pops.empty()) text = "pops " + c10::Join(", ", skips.pops);
+  if (!skips.stashes.empty()) text += (text.empty() ? "" : "; ") + std::string("stashes ") + c10::Join(", ", skips.stashes);
+  return text;
+}
+
 std::string mflops_text(double mflops) {
   char buffer[32];
   std::snprintf(buffer, sizeof(buffer), "%.3f", mflops);
@@ -93,6 +102,7 @@ std::vector<UnitInfo> describe_units(Model& model) {
   torch::Tensor x =
       torch::zeros({1, model.input.channels, model.input.height, model.input.width}, options);
   std::vector<UnitInfo> rows;
+  SkipTable skips;
   for (size_t i = 0; i < model.units.size(); ++i) {
     Unit& unit = model.units[i];
     torch::nn::Module& module = *unit.module.ptr();
@@ -103,12 +113,13 @@ std::vector<UnitInfo> describe_units(Model& model) {
     row.name = unit.name;
     row.weight_layers = unit.weight_layers;
     row.cut_after = unit.cut_after;
+    row.skips = unit.skips;
     for (const torch::Tensor& parameter : module.parameters()) {
       row.parameters += parameter.numel();
     }
     try {
       row.forward_mflops = 1e-6 * module_flops(module, x, unit.name);
-      x = unit.module.forward(x);
+      x = forward_unit(unit.module, unit.name, unit.skips, x, skips);
     } catch (...) {
       module.train(was_training);
       throw;
@@ -122,8 +133,10 @@ std::vector<UnitInfo> describe_units(Model& model) {
 
 std::string format_layer_table(const Model& model, const std::vector<UnitInfo>& rows) {
   const std::vector<int> cuts = model.cut_layers();
+  const bool skips = model.has_skips();
   std::vector<std::vector<std::string>> cells = {
       {"unit", "name", "layers", "output", "params", "MFLOPs", "register after"}};
+  if (skips) cells.front().push_back("skip tensors");
   int64_t total_parameters = 0;
   double total_mflops = 0.0;
   for (const UnitInfo& row : rows) {
@@ -135,12 +148,14 @@ std::string format_layer_table(const Model& model, const std::vector<UnitInfo>& 
     cells.push_back({std::to_string(row.index), row.name, layers_text(row.weight_layers),
                      shape_text(row.output_shape), grouped(row.parameters),
                      mflops_text(row.forward_mflops), cut});
+    if (skips) cells.back().push_back(skips_text(row.skips));
     total_parameters += row.parameters;
     total_mflops += row.forward_mflops;
   }
   const int total_layers = model.num_weight_layers();
   cells.push_back({"total", "", total_layers > 0 ? "1-" + std::to_string(total_layers) : "-", "",
                    grouped(total_parameters), mflops_text(total_mflops), ""});
+  if (skips) cells.back().push_back("");
 
   std::vector<size_t> widths(cells.front().size(), 0);
   for (const auto& line : cells) {
@@ -149,7 +164,7 @@ std::string format_layer_table(const Model& model, const std::vector<UnitInfo>& 
     }
   }
   // Numbers (unit, params, MFLOPs) align right, text left.
-  const std::vector<bool> right = {true, false, false, false, true, true, false};
+  const std::vector<bool> right = {true, false, false, false, true, true, false, false};
   std::string text = c10::str("model ", model.name, ": input ", model.input.channels, "x",
                               model.input.height, "x", model.input.width, ", ",
                               model.input.num_classes, " classes, ", total_layers,

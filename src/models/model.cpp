@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "stalepipe/models/skips.h"
+
 namespace stalepipe::models {
 
 int Model::num_weight_layers() const {
@@ -42,6 +44,15 @@ torch::nn::Sequential Model::as_sequential() const {
     sequential->push_back(unit.name, unit.module);
   }
   return sequential;
+}
+
+torch::Tensor Model::forward(torch::Tensor x) const {
+  SkipTable skips;
+  return forward_units(units, 0, units.size(), std::move(x), skips);
+}
+
+bool Model::has_skips() const {
+  return std::any_of(units.begin(), units.end(), [](const Unit& u) { return !u.skips.empty(); });
 }
 
 int64_t Model::num_parameters() const {

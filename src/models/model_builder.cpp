@@ -8,6 +8,7 @@
 
 #include "stalepipe/common/error.h"
 #include "stalepipe/models/dropout.h"
+#include "stalepipe/models/skips.h"
 
 namespace stalepipe::models {
 namespace {
@@ -76,6 +77,7 @@ ModelBuilder& ModelBuilder::add_any(std::string name, torch::nn::AnyModule modul
   unit.name = std::move(name);
   unit.module = std::move(module);
   unit.cut_after = options.cut_after();
+  unit.skips = {options.pops(), options.stashes()};
   for (int i = 0; i < count; ++i) unit.weight_layers.push_back(first + i);
   units_.push_back(std::move(unit));
   counts_.push_back(count);
@@ -93,10 +95,12 @@ Model ModelBuilder::build() const {
   model.input = input_;
   model.units = units_;
   for (size_t i = 0; i < model.units.size(); ++i) make_dropout_exact(name_, i, model.units[i]);
+  check_skips(name_, model.units);
 
   // Shape check: eval mode and no grad, so batch-norm statistics and autograd stay untouched.
   torch::NoGradGuard no_grad;
   torch::Tensor x = torch::zeros({2, input_.channels, input_.height, input_.width});
+  SkipTable skips;
   for (size_t i = 0; i < model.units.size(); ++i) {
     Unit& unit = model.units[i];
     auto module = unit.module.ptr();
@@ -106,7 +110,10 @@ Model ModelBuilder::build() const {
     const std::string input_text = shape_text(x);
     module->eval();
     try {
-      x = unit.module.forward(x);
+      x = forward_unit(unit.module, unit.name, unit.skips, x, skips);
+    } catch (const UsageError& e) {
+      module->train(training);
+      throw UsageError(c10::str("model ", name_, ": ", e.what()));
     } catch (const c10::Error& e) {
       module->train(training);
       const std::string from =
@@ -118,10 +125,11 @@ Model ModelBuilder::build() const {
     }
     module->train(training);
   }
-  SP_CHECK_ARG(x.dim() == 2 && x.size(0) == 2 && x.size(1) == input_.num_classes, "model ",
+  SP_CHECK_ARG(x.dim() >= 2 && x.size(0) == 2 && x.size(1) == input_.num_classes, "model ",
                name_, ": the last unit (", units_.back().name, ") produces ", shape_text(x),
                " for an input of 2 samples; expected logits [2, ", input_.num_classes,
-               "] (input.num_classes = ", input_.num_classes, ")");
+               "] or per-pixel logits [2, ", input_.num_classes, ", H, W] (input.num_classes = ",
+               input_.num_classes, ")");
   return model;
 }
 

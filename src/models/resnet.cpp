@@ -1,3 +1,4 @@
+#include <string>
 #include <vector>
 
 #include "builder_impl.h"
@@ -7,14 +8,18 @@ namespace stalepipe::models::detail {
 namespace {
 
 // After the stem: stages of BasicBlocks "block<stage>_<i>" (stride 2 at the first block of
-// every stage but the first), then global average pool + fc; builds and initialises.
+// every stage but the first), each the units "block<stage>_<i>a" and "...b" with the block's
+// input as the skip tensor "block<stage>_<i>" between them; then global average pool + fc;
+// builds and initialises.
 Model finish_resnet(ModelBuilder& model, int64_t in_planes, const std::vector<int64_t>& stages,
                     int64_t blocks_per_stage, Shortcut shortcut) {
   for (size_t stage = 0; stage < stages.size(); ++stage) {
     for (int64_t i = 0; i < blocks_per_stage; ++i) {
       const int64_t stride = (stage > 0 && i == 0) ? 2 : 1;
-      append_unit(model, "block" + std::to_string(stage + 1) + "_" + std::to_string(i + 1),
-                  BasicBlock(in_planes, stages[stage], stride, shortcut), 2);
+      const std::string name = "block" + std::to_string(stage + 1) + "_" + std::to_string(i + 1);
+      const auto options = BasicBlockOptions(in_planes, stages[stage], stride).shortcut(shortcut);
+      model.add(name + "a", BasicBlockHead(options), UnitOptions().weight_layers(1).stashes({name}));
+      model.add(name + "b", BasicBlockTail(options), UnitOptions().weight_layers(1).pops({name}));
       in_planes = stages[stage];
     }
   }

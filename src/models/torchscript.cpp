@@ -188,7 +188,7 @@ void check_forward_is_chain(const torch::jit::Module& script, const Model& model
     throw UsageError(c10::str(path, ": the module's own forward fails on the input ", x.sizes(),
                               ": ", detail::script_error_cause(e)));
   }
-  const torch::Tensor units = model.as_sequential()->forward(x);
+  const torch::Tensor units = model.forward(x);
   SP_CHECK_ARG(own.sizes() == units.sizes() && torch::allclose(own, units, 1e-5, 1e-6), path,
                ": the module's forward is not its children run in order (its output differs "
                "from theirs); stalepipe trains the children as units, so write the network as "

@@ -55,7 +55,7 @@ int64_t parse_resnet_depth(const std::string& name) {
 }  // namespace
 
 std::vector<std::string> model_names() {
-  return {"lenet5", "alexnet", "vgg16", "resnet18", "resnet<6n+2>"};
+  return {"lenet5", "alexnet", "vgg16", "resnet18", "resnet<6n+2>", "unet"};
 }
 
 bool has_dropout_placement(const std::string& name) { return name == "alexnet" || name == "vgg16"; }
@@ -82,6 +82,9 @@ Model make_model(const std::string& name, const InputShape& input, const ZooOpti
   }
   if (name == "vgg16") {
     return detail::make_vgg16(input, options.dropout());
+  }
+  if (name == "unet") {
+    return detail::make_unet(input);
   }
   if (name.rfind(kResNetPrefix, 0) == 0) {
     // 18 is no 6n+2, so the ImageNet ResNet-18 shares no name with a CIFAR ResNet.

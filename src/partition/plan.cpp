@@ -1,10 +1,12 @@
 #include "stalepipe/partition/plan.h"
 
 #include <algorithm>
+#include <map>
 #include <sstream>
 
 #include "stalepipe/common/error.h"
 #include "stalepipe/models/model.h"
+#include "stalepipe/models/skips.h"
 
 namespace stalepipe::partition {
 
@@ -56,6 +58,25 @@ std::string unit_holding(const models::Model& model, int layer) {
   return "no unit holds it";
 }
 
+std::vector<SkipRoute> skip_routes(const models::Model& model, const Plan& plan) {
+  std::vector<int> partition_of(model.units.size());
+  for (int k = 0; k < plan.num_partitions(); ++k) {
+    for (size_t u = plan.unit_ranges[k].first; u < plan.unit_ranges[k].second; ++u) partition_of[u] = k;
+  }
+  std::map<std::string, int> consumer;
+  for (size_t u = 0; u < model.units.size(); ++u) {
+    for (const std::string& name : model.units[u].skips.pops) consumer[name] = partition_of[u];
+  }
+  std::vector<SkipRoute> routes;
+  for (size_t u = 0; u < model.units.size(); ++u) {
+    for (const std::string& name : model.units[u].skips.stashes) {
+      const int to = consumer.at(name);  // check_skips: every stash has its pop
+      if (to != partition_of[u]) routes.push_back({name, partition_of[u], to});
+    }
+  }
+  return routes;
+}
+
 }  // namespace
 
 size_t units_through_layer(const models::Model& model, int layer, const std::string& what) {
@@ -79,6 +100,7 @@ Plan make_plan(const models::Model& model, const std::vector<int>& ppv, int reco
                const std::string& ppv_name, const std::string& recompute_name) {
   const std::string where = ppv_name + " " + format_ppv(ppv) + ": model " + model.name;
   const int layers = model.num_weight_layers();
+  models::check_skips(model.name, model.units);
   Plan plan;
   plan.ppv = ppv;
   plan.recompute_units = units_through_layer(model, recompute_layer, recompute_name);
@@ -107,7 +129,18 @@ Plan make_plan(const models::Model& model, const std::vector<int>& ppv, int reco
     }
     plan.parameters.push_back(count);
   }
+  plan.skips = skip_routes(model, plan);
   return plan;
+}
+
+std::string format_skip_routes(const Plan& plan) {
+  if (plan.skips.empty()) return "none";
+  std::ostringstream out;
+  for (size_t i = 0; i < plan.skips.size(); ++i) {
+    out << (i ? ", " : "") << plan.skips[i].name << ": partition " << plan.skips[i].from + 1 << " -> "
+        << plan.skips[i].to + 1;
+  }
+  return out.str();
 }
 
 double stale_weight_percent(const Plan& plan, const std::vector<int>& staleness) {

@@ -17,6 +17,7 @@
 #include "stalepipe/common/median.h"
 #include "stalepipe/models/layer_table.h"
 #include "stalepipe/models/model.h"
+#include "stalepipe/models/skips.h"
 #include "stalepipe/partition/plan.h"
 
 namespace stalepipe::partition {
@@ -108,10 +109,14 @@ void time_step(models::Model& model, const torch::Tensor& x, const Groups& group
   std::vector<Clock::time_point> grad_ready(G);
   std::vector<torch::Tensor> outs;
   torch::Tensor h = x.detach();
+  models::SkipTable skips;
   for (size_t g = 0; g < G; ++g) {
     const int64_t heap_before = heap_in_use();
     const auto start = Clock::now();
-    for (size_t u = groups[g].first; u < groups[g].second; ++u) h = model.units[u].module.forward(h);
+    for (size_t u = groups[g].first; u < groups[g].second; ++u) {
+      models::Unit& unit = model.units[u];
+      h = models::forward_unit(unit.module, unit.name, unit.skips, h, skips);
+    }
     sync();
     const double f_ms = ms_since(start);
     const int64_t kept = heap_in_use() - heap_before;

@@ -12,7 +12,7 @@
 
 #include "stalepipe/api/assemble.h"
 #include "stalepipe/common/error.h"
-#include "stalepipe/exec/stage.h"
+#include "stalepipe/exec/pipeline.h"
 #include "stalepipe/models/memory_format.h"
 #include "stalepipe/models/zoo.h"
 #include "stalepipe/partition/plan.h"
@@ -59,22 +59,25 @@ models::InputShape input_shape(const MemoryOptions& o) {
   return input;
 }
 
-// Shape of each partition's input for one sample (a no-grad forward of a 1-sample batch).
-std::vector<std::vector<int64_t>> partition_input_shapes(const MemoryOptions& o,
-                                                         const std::vector<int>& ppv) {
+// The shapes of what each partition takes and gives (its main tensor first, then its skip
+// tensors in the stage's order), from an evaluation forward of a 1-sample batch.
+struct PartitionShapes {
+  std::vector<std::vector<int64_t>> in, out;
+};
+std::vector<PartitionShapes> partition_shapes(const MemoryOptions& o, const std::vector<int>& ppv) {
   torch::manual_seed(o.training.run().seed());
   auto model = models::make_model(o.training.run().model(), input_shape(o));
   const auto plan = partition::make_plan(model, ppv);
-  torch::NoGradGuard no_grad;
-  torch::Tensor x = torch::zeros({1, o.channels, 32, 32});
-  std::vector<std::vector<int64_t>> shapes;
-  for (const auto& [begin, end] : plan.unit_ranges) {
-    shapes.push_back(x.sizes().vec());
-    for (size_t u = begin; u < end; ++u) {
-      x = model.units[u].module.forward<torch::Tensor>(x);
-    }
+  exec::Pipeline pipeline(model, plan, std::vector<torch::Device>(plan.num_partitions(), torch::kCPU), optim::SgdOptions());
+  auto shapes_of = [](const exec::StageTensors& t) {
+    std::vector<std::vector<int64_t>> shapes = {t.main.sizes().vec()};
+    for (const auto& skip : t.skips) shapes.push_back(skip.sizes().vec());
+    return shapes;
+  };
+  std::vector<PartitionShapes> shapes;
+  for (const auto& [in, out] : pipeline.trace(torch::zeros({1, o.channels, 32, 32}))) {
+    shapes.push_back({shapes_of(in), shapes_of(out)});
   }
-  shapes.push_back(x.sizes().vec());  // the model's output
   return shapes;
 }
 
@@ -148,7 +151,7 @@ MemoryTable predict_memory(const std::vector<int64_t>& activation_bytes,
 std::vector<int64_t> measure_partition_peaks(const MemoryOptions& o, const std::vector<int>& ppv) {
   SP_CHECK_ARG(o.training.data().batch_size() >= 1, field_name(Field::batch_size), " must be >= 1, got ", o.training.data().batch_size());
   SP_CHECK_ARG(o.channels >= 1 && o.channels <= 64, "MemoryOptions::channels must be 1..64, got ", o.channels);
-  const auto shapes = partition_input_shapes(o, ppv);
+  const auto shapes = partition_shapes(o, ppv);
   const int K = static_cast<int>(ppv.size()) + 1;
   // Long enough for every worker to reach its largest in-flight count and drain.
   const auto schedule = schedule::make_schedule(
@@ -168,32 +171,38 @@ std::vector<int64_t> measure_partition_peaks(const MemoryOptions& o, const std::
         // with the model at the end of this block.
         auto model = models::make_model(o.training.run().model(), input_shape(o));
         const auto plan = partition::make_plan(model, ppv, o.training.pipeline().recompute(), field_name(Field::ppv), field_name(Field::recompute));
-        torch::nn::Sequential seq;
-        for (size_t u = plan.unit_ranges[k].first; u < plan.unit_ranges[k].second; ++u) {
-          seq->push_back(model.units[u].name, model.units[u].module);
-        }
-        stage = std::make_unique<exec::Stage>(k, K, seq, torch::kCPU, sgd_options(OptimizerOptions(), 0),
-                                              exec::Objective{}, o.training.run().seed(), format, plan.recomputed_units(k));
+        exec::StageUnits units = exec::stage_units(model, plan, k);
+        stage = std::make_unique<exec::Stage>(k, K, units.module, torch::kCPU, sgd_options(OptimizerOptions(), 0),
+                                              exec::Objective{}, o.training.run().seed(), format,
+                                              plan.recomputed_units(k), std::move(units.skips));
       }
       stage->begin_segment(schedule, [](int64_t) { return 0.01; });
-      const auto in_shape = with_batch(shapes[k], o.training.data().batch_size());
-      const auto out_shape = with_batch(shapes[k + 1], o.training.data().batch_size());
+      const int64_t batch = o.training.data().batch_size();
+      // The loader's batch (NCHW) or the messages from other workers (in the stage's layout).
+      auto random = [&](const std::vector<std::vector<int64_t>>& sizes, torch::MemoryFormat first_format) {
+        exec::StageTensors t;
+        for (size_t i = 0; i < sizes.size(); ++i) {
+          const auto tensor = torch::randn(with_batch(sizes[i], batch),
+                                           torch::TensorOptions().memory_format(i == 0 ? first_format : format));
+          (i == 0 ? t.main : t.skips.emplace_back()) = tensor;
+        }
+        return t;
+      };
       for (const auto& op : schedule.worker_ops[k]) {
         switch (op.kind) {
           case schedule::OpKind::kForward: {
-            // The loader's batch (NCHW) or the message from worker k-1 (in the stage's layout).
-            const torch::Tensor x = torch::randn(in_shape, torch::TensorOptions().memory_format(
-                                                               k == 0 ? torch::MemoryFormat::Contiguous : format));
+            const auto x = random(shapes[k].in, k == 0 ? torch::MemoryFormat::Contiguous : format);
             if (stage->is_last()) {
-              stage->forward_loss(op.step, x, torch::randint(0, 10, {o.training.data().batch_size()}, torch::kLong));
+              auto target = with_batch(shapes[k].out[0], batch);
+              target.erase(target.begin() + 1);  // the classes: [B] or, per pixel, [B, H, W]
+              stage->forward_loss(op.step, x, torch::randint(0, input_shape(o).num_classes, target, torch::kLong));
             } else {
               stage->forward(op.step, x);
             }
             break;
           }
           case schedule::OpKind::kBackward:
-            stage->backward(op.step, stage->is_last() ? torch::Tensor()
-                                                      : torch::randn(out_shape, torch::TensorOptions().memory_format(format)));
+            stage->backward(op.step, stage->is_last() ? exec::StageTensors() : random(shapes[k].out, format));
             break;
           case schedule::OpKind::kUpdate:
             stage->update(op.step, 0.01);

@@ -22,6 +22,7 @@ models::Model build_model(const RunSpec& spec) {
   torch::manual_seed(spec.seed);
   models::InputShape input;
   input.channels = 1;
+  if (spec.data == "synthetic-masks") input.num_classes = 4;
   return models::make_model(spec.model, input, models::ZooOptions().dropout(spec.dropout));
 }
 
@@ -69,9 +70,24 @@ exec::Pipeline make_pipeline(const RunSpec& spec, const models::Model& model) {
                         spec.channels_last ? torch::MemoryFormat::ChannelsLast : torch::MemoryFormat::Contiguous);
 }
 
+namespace {
+
+data::Loader loader_for(const RunSpec& spec) {
+  if (spec.data == "synthetic") return synthetic_loader(spec.train_size, spec.batch_size, spec.seed);
+  EXPECT_EQ(spec.data, "synthetic-masks");
+  const auto split = data::make_synthetic_masks(
+      data::SyntheticOptions().train_size(spec.train_size).test_size(4).height(32).width(32).num_classes(4).seed(spec.seed));
+  return data::Loader(split.train, data::LoaderOptions()
+                                       .batch_size(spec.batch_size)
+                                       .seed(spec.seed)
+                                       .normalization(data::compute_normalization(split.train)));
+}
+
+}  // namespace
+
 std::vector<torch::Tensor> run_pipeline(const RunSpec& spec) {
   at::set_num_threads(1);
-  const auto loader = synthetic_loader(spec.train_size, spec.batch_size, spec.seed);
+  const auto loader = loader_for(spec);
   const auto model = build_model(spec);
   auto pipeline = make_pipeline(spec, model);
   if (spec.switch_step < 0) {
@@ -96,7 +112,7 @@ std::vector<torch::Tensor> initial_parameters(const RunSpec& spec) {
 
 std::vector<torch::Tensor> run_reference(const RunSpec& spec) {
   at::set_num_threads(1);
-  const auto loader = synthetic_loader(spec.train_size, spec.batch_size, spec.seed);
+  const auto loader = loader_for(spec);
   const auto model = build_model(spec);
   int64_t first = 0;
   if (spec.switch_step >= 0) {
@@ -112,7 +128,7 @@ std::vector<torch::Tensor> run_reference(const RunSpec& spec) {
   for (int64_t t = first; t < spec.steps; ++t) {
     const auto in = input_at(loader, t);
     sgd.zero_grad();
-    torch::nn::functional::cross_entropy(net->forward(in.x), in.target).backward();
+    torch::nn::functional::cross_entropy(model.forward(in.x), in.target).backward();
     sgd.step();
   }
   std::vector<torch::Tensor> out;

@@ -15,6 +15,8 @@ namespace stalepipe::test {
 
 struct RunSpec {
   std::string model = "lenet5";
+  // "synthetic" (classes, 28x28 padded to 32x32) or "synthetic-masks" (a class per pixel, 32x32)
+  std::string data = "synthetic";
   std::vector<int> ppv;
   schedule::ScheduleKind kind = schedule::ScheduleKind::kStale;
   std::string executor = "emulated";
@@ -48,7 +50,7 @@ std::vector<torch::Tensor> run_pipeline(const RunSpec& spec);
 // The parameters run_pipeline starts from, in the same order.
 std::vector<torch::Tensor> initial_parameters(const RunSpec& spec);
 
-// Non-pipelined reference: the whole model as one Sequential, torch::optim::SGD, the same
+// Non-pipelined reference: the whole model (Model::forward), torch::optim::SGD, the same
 // batches and learning rate. Independent of stalepipe's schedule, executors and optimizer.
 // With switch_step >= 0 the first switch_step mini-batches are trained stale (emulated) and
 // the reference loop continues from that state; this needs momentum 0 (no optimizer state

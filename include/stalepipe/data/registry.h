@@ -9,6 +9,8 @@
 //   synthetic:N             N train samples and max(1, N/4) test samples
 //   synthetic-regression[:N] the same images, each with a regression target instead of a
 //                           class: its mean pixel value in [0, 1], float [N, 1] (num_classes 0)
+//   synthetic-masks[:N]     make_synthetic_masks() at 1x32x32 in 4 classes: a class per pixel,
+//                           int64 [N, 32, 32] (for the zoo's unet)
 //   folder:DIR              JPEG and PNG images in class folders (data/folder.h), decoded
 //                           as batches need them: load_sources only
 #pragma once
@@ -30,7 +32,7 @@ constexpr const char* kFashionMnistDefaultDir = "/usr/share/datasets/fashion-mni
 struct DatasetSpec {
   std::string name;             // one of dataset_names()
   std::string dir;              // the files' directory; "" for synthetic and synthetic-regression
-  int64_t synthetic_train = 0;  // N of synthetic[-regression]:N; 0 for the default size
+  int64_t synthetic_train = 0;  // N of synthetic[-regression|-masks]:N; 0 for the default size
 };
 
 // Parses `spec` (the disk is not touched). Throws UsageError as load_dataset does.

@@ -34,5 +34,11 @@ struct SyntheticOptions {
 // the ranges above.
 DataSplit make_synthetic(const SyntheticOptions& options);
 
+// A synthetic segmentation task: each sample is noise over a background (class 0) with 1-3
+// rectangles of random classes 1..num_classes-1 painted in turn, every class at its own
+// brightness; the target is each pixel's class, int64 [N, height, width]. Splits named
+// "synthetic-masks/train" and "synthetic-masks/test"; num_classes must be 2..256.
+DataSplit make_synthetic_masks(const SyntheticOptions& options);
+
 }  // namespace data
 }  // namespace stalepipe

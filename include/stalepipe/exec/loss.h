@@ -77,7 +77,9 @@ int64_t correct_of(const Score& score);
 using MetricFn = std::function<Score(const torch::Tensor& output, const torch::Tensor& target)>;
 
 // Top-1 accuracy where the target is class indices: output [B, C] and int64 target [B] score
-// all B samples; any other target scores none (so no accuracy is reported).
+// all B samples; output [B, C, d1, ...] and target [B, d1, ...] (a class per pixel, as
+// segmentation has) score every target element; any other target scores none (so no
+// accuracy is reported).
 Score top1_accuracy(const torch::Tensor& output, const torch::Tensor& target);
 
 // What the last partition computes.

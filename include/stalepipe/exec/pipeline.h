@@ -1,8 +1,9 @@
 // The stages of a partitioned model: partition k's units become one torch::nn::Sequential on
-// devices[k], with its own optimizer. The units' modules are shared with the Model, not copied.
+// devices[k], with its own optimizer (and their skip tensors, models/skips.h). The units' modules are shared with the Model, not copied.
 #pragma once
 
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "stalepipe/exec/stage.h"
@@ -10,6 +11,14 @@
 #include "stalepipe/partition/plan.h"
 
 namespace stalepipe::exec {
+
+// Partition k's units as a Stage takes them: a Sequential sharing the model's modules, and
+// each unit's skip tensors.
+struct StageUnits {
+  torch::nn::Sequential module;
+  std::vector<models::Skips> skips;
+};
+StageUnits stage_units(const models::Model& model, const partition::Plan& plan, int k);
 
 class Pipeline {
  public:
@@ -25,12 +34,16 @@ class Pipeline {
   // Raw pointers in partition order, as Executor::run takes them.
   std::vector<Stage*>& stages() { return stage_ptrs_; }
 
-  // Evaluation forward through all partitions (no graph, eval mode).
+  // Evaluation forward through all partitions (no graph, eval mode), skip tensors handed on.
   torch::Tensor predict(const torch::Tensor& input);
+  // The same, keeping what each partition took and gave (its skip tensors in its order).
+  std::vector<std::pair<StageTensors, StageTensors>> trace(const torch::Tensor& input);
   // Copies of all parameters, partition by partition, in module order.
   std::vector<torch::Tensor> parameters() const;
 
  private:
+  // predict(), and trace() where `steps` is given.
+  torch::Tensor forward_stages(const torch::Tensor& input, std::vector<std::pair<StageTensors, StageTensors>>* steps);
   std::vector<std::unique_ptr<Stage>> stages_;
   std::vector<Stage*> stage_ptrs_;
 };

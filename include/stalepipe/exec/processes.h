@@ -112,13 +112,15 @@ std::unique_ptr<Group> make_rank_group(std::shared_ptr<ProcessGroup> group);
 
 // Evaluation forward through the pipeline ranks: rank 0 passes the input batch and its target,
 // the other ranks undefined tensors. The last rank gets the output (eval mode, no graph) and
-// the target (sent straight from rank 0); the others get undefined tensors. `index` numbers
-// the batches of one pass (it goes into the message tags).
+// the target (sent straight from rank 0); the others get undefined tensors. Skip tensors go
+// straight from the rank that stashes them to the one that pops them. `index` numbers the
+// batches of one pass (it goes into the message tags). stages: all partitions (rank r runs
+// stages[r]; the others give the skip tensors' routes).
 struct DistributedPrediction {
   torch::Tensor output;
   torch::Tensor target;
 };
-DistributedPrediction predict_distributed(ProcessGroup& group, Stage& stage,
+DistributedPrediction predict_distributed(ProcessGroup& group, const std::vector<Stage*>& stages,
                                           const torch::Tensor& input, const torch::Tensor& target,
                                           int64_t index);
 

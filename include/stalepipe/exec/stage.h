@@ -18,10 +18,11 @@
 //       then the current weights are put back; no old version is kept.
 // Recomputation (recompute_units > 0) changes what is kept, not what is computed: forward(t)
 // runs the stage's first recompute_units units without a graph and keeps only the stage's
-// input and their output; backward(t) runs the rest of the backward, then those units'
-// forward again, with the weights and random numbers forward(t) used (the weights copied on
-// write, as stashing does, but only theirs) and their buffers (batch-norm running statistics)
-// left as forward(t) left them, then their backward with the current weights. The gradients
+// inputs and their output and skip tensors (a skip is sent once: recomputing sends nothing);
+// backward(t) runs the rest of the backward, then those units' forward again, with the
+// weights and random numbers forward(t) used (the weights copied on write, as stashing does,
+// but only theirs) and their buffers (batch-norm running statistics) left as forward(t) left
+// them, then their backward with the current weights. The gradients
 // are those without recomputation bit for bit; a mini-batch in flight keeps one activation
 // of those units instead of all, and each backward costs one more forward of them.
 // D, the delay of mini-batch t's gradient, is counted here: the updates of mini-batches
@@ -36,6 +37,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include <torch/nn/modules/container/sequential.h>
@@ -43,6 +45,7 @@
 
 #include "stalepipe/exec/device_stream.h"
 #include "stalepipe/exec/loss.h"
+#include "stalepipe/models/skips.h"
 #include "stalepipe/optim/sgd.h"
 #include "stalepipe/schedule/schedule.h"
 
@@ -66,6 +69,15 @@ struct PendingLoss {
   int64_t samples = 0;
 };
 
+// What crosses a partition's boundary besides the target: the main activation (or its
+// gradient) and the skip tensors (models/skips.h) coming in from earlier partitions or going
+// out to later ones (or their gradients), in the order of Stage::skip_inputs() for what comes
+// in and Stage::skip_outputs() for what goes out.
+struct StageTensors {
+  torch::Tensor main;
+  std::vector<torch::Tensor> skips;
+};
+
 class Stage {
  public:
   // index: 0-based partition number; module: the partition's units in order (already built
@@ -75,16 +87,22 @@ class Stage {
   // memory_format: the layout of the module's 4-D weights and of the 4-D inputs it takes
   // (models/memory_format.h); an input that arrives in another layout is converted once.
   // recompute_units: the module's first units whose activations backward recomputes (above);
-  // at most the module's size.
+  // at most the module's size. skips: each unit's skip tensors (empty: a chain); a name
+  // popped here and stashed in no earlier unit of the module is a skip input, a name stashed
+  // here and popped by no later unit of it a skip output.
   Stage(int index, int num_stages, torch::nn::Sequential module, torch::Device device,
         optim::SgdOptions sgd, Objective objective = {}, uint64_t seed = 0,
         torch::MemoryFormat memory_format = torch::MemoryFormat::Contiguous,
-        size_t recompute_units = 0);
+        size_t recompute_units = 0, std::vector<models::Skips> skips = {});
 
   int index() const { return index_; }
   bool is_first() const { return index_ == 0; }
   bool is_last() const { return index_ == num_stages_ - 1; }
   const torch::Device& device() const { return device_; }
+  // The skip tensors this partition receives (in the order its units pop them) and sends (in
+  // the order its units stash them).
+  const std::vector<std::string>& skip_inputs() const { return skip_inputs_; }
+  const std::vector<std::string>& skip_outputs() const { return skip_outputs_; }
   // The stream this partition's work is queued on (exec/device_stream.h): the executors enter
   // it around each operation, so forward, backward and update of different partitions overlap
   // on one GPU.
@@ -95,22 +113,27 @@ class Stage {
   // prediction extrapolates with it).
   void begin_segment(const schedule::Schedule& schedule, std::function<double(int64_t)> lr);
 
-  // Forward of micro-batch `micro` of mini-batch `step` on a non-last stage. `input` (any
-  // device) is copied to this stage's device. Keeps the graph until backward(step, micro).
-  // Returns the output, detached: the contents of the pipeline register.
+  // Forward of micro-batch `micro` of mini-batch `step` on a non-last stage. The input tensors
+  // (any device) are copied to this stage's device. Keeps the graph until backward(step,
+  // micro). Returns the output and the skip outputs, detached: what crosses the registers.
+  StageTensors forward(int64_t step, const StageTensors& input, int micro = 0);
+  // The same for a stage without skip tensors.
   torch::Tensor forward(int64_t step, const torch::Tensor& input, int micro = 0);
 
   // Forward of the last stage: output, the objective's loss against `target` and its score
   // (by default top-1 accuracy where the target is class indices), left on the device. The
   // backward starts from loss * loss_scale (a micro-batch's share of its mini-batch); the
   // reported loss is unscaled.
+  PendingLoss forward_loss(int64_t step, const StageTensors& input, const torch::Tensor& target,
+                           int micro = 0, double loss_scale = 1.0);
   PendingLoss forward_loss(int64_t step, const torch::Tensor& input, const torch::Tensor& target,
-                        int micro = 0, double loss_scale = 1.0);
+                           int micro = 0, double loss_scale = 1.0);
 
-  // Backward of (step, micro): from the saved loss (last stage, grad_output undefined) or from
-  // grad_output (the gradient of this stage's output). Accumulates parameter gradients and
-  // returns the gradient of the stage's input (undefined for the first stage).
+  // Backward of (step, micro): from the saved loss (last stage) or from the gradients of the
+  // stage's output and skip outputs. Accumulates parameter gradients and returns the gradients
+  // of the stage's input (undefined for the first stage) and skip inputs.
   // Throws RuntimeError if (step, micro) has no forward in flight.
+  StageTensors backward(int64_t step, const StageTensors& grad_output, int micro = 0);
   torch::Tensor backward(int64_t step, const torch::Tensor& grad_output, int micro = 0);
 
   // Applies the accumulated gradient of `step` with learning rate lr (scaled by the
@@ -118,6 +141,7 @@ class Stage {
   void update(int64_t step, double lr);
 
   // Evaluation forward: no graph, eval mode (batch-norm running statistics), train mode restored.
+  StageTensors predict(const StageTensors& input);
   torch::Tensor predict(const torch::Tensor& input);
 
   size_t in_flight() const { return in_flight_.size(); }
@@ -132,28 +156,39 @@ class Stage {
   using Weights = std::shared_ptr<const std::vector<torch::Tensor>>;
   struct Pending {
     torch::Tensor input;   // leaf requiring grad (non-first stages)
+    std::vector<torch::Tensor> skip_inputs;   // leaves requiring grad
     torch::Tensor output;  // output or loss, with its graph
+    std::vector<torch::Tensor> skip_outputs;  // with their graphs
     Weights weights;       // the forward's weights, once they differ from the current ones
     torch::Tensor head_output;  // recomputation: the recomputed units' output, a leaf
+    models::SkipTable head_stashes;  // ... the skips they stashed, leaves
     Weights head_weights;       // ... their weights as the forward saw them, once they differ
   };
   using Key = std::pair<int64_t, int>;  // (step, micro)
 
   torch::Tensor to_device(const torch::Tensor& t) const;
   torch::Tensor prepare_input(const torch::Tensor& input) const;
+  // The input leaves of a forward; checks the number of skip inputs.
+  void take_inputs(const StageTensors& input, Pending& p) const;
+  // The skip inputs by name.
+  models::SkipTable input_table(const std::vector<torch::Tensor>& skips) const;
   Pending& pending(int64_t step, int micro, const char* what);
   // The module's forward on p.input with the weights this forward of `step` should see;
-  // fills p.weights and, with recomputation, p.head_output and p.head_weights.
+  // fills p.weights, p.skip_outputs and, with recomputation, p.head_output, p.head_stashes and
+  // p.head_weights.
   torch::Tensor forward_with_weights(int64_t step, int micro, Pending& p);
   // Units [first, last) of the module on x (on a copy where unit `first` writes into its input).
-  torch::Tensor run_units(size_t first, size_t last, torch::Tensor x);
-  // Recomputation: the recomputed units' forward again, then their backward from `grad`
-  // (undefined: the gradient the rest of the stage's backward left in p.head_output).
-  void recompute_backward(int64_t step, int micro, Pending& p, torch::Tensor grad);
+  torch::Tensor run_units(size_t first, size_t last, torch::Tensor x, models::SkipTable& table);
+  // Recomputation: the recomputed units' forward again, then their backward from the gradients
+  // the rest of the stage's backward left in p.head_output and p.head_stashes.
+  void recompute_backward(int64_t step, int micro, Pending& p);
 
   int index_;
   int num_stages_;
   torch::nn::Sequential module_;
+  std::vector<models::Skips> skips_;  // per unit
+  std::vector<std::string> unit_names_;
+  std::vector<std::string> skip_inputs_, skip_outputs_;
   torch::Device device_;
   std::unique_ptr<DeviceStream> stream_;
   std::unique_ptr<optim::Sgd> optimizer_;

@@ -123,21 +123,43 @@ enum class Shortcut {
 // conv1 is 3x3 with `stride`, conv2 3x3 stride 1, both without bias. The shortcut is the
 // identity when shapes agree, otherwise as `shortcut` says. Two weight layers in the zoo's
 // numbering (conv1, conv2): a projection conv is not counted, as in the networks' depths.
-// Input [N, in_planes, H, W]; output [N, planes, ceil(H/stride), ceil(W/stride)].
-class BasicBlockImpl : public torch::nn::Cloneable<BasicBlockImpl>, public FlopCounted {
+// A block is two units, so that a pipeline register may sit between its convolutions: the
+// head (conv1, bn1) stashes the block's input x as a skip tensor (models/skips.h), the tail
+// (conv2, bn2, the projection) pops it for the shortcut.
+// Head: {x [N, in_planes, H, W]} -> {h [N, planes, ceil(H/stride), ceil(W/stride)], x}.
+// Tail: {h, x} -> {out}, out of h's shape.
+struct BasicBlockOptions {
+  BasicBlockOptions(int64_t in_planes, int64_t planes, int64_t stride)
+      : in_planes_(in_planes), planes_(planes), stride_(stride) {}
+  bool changes_shape() const { return stride_ != 1 || planes_ != in_planes_; }
+  TORCH_ARG(int64_t, in_planes);
+  TORCH_ARG(int64_t, planes);
+  TORCH_ARG(int64_t, stride);
+  TORCH_ARG(Shortcut, shortcut) = Shortcut::kZeroPad;
+};
+
+class BasicBlockHeadImpl : public torch::nn::Cloneable<BasicBlockHeadImpl>, public FlopCounted {
  public:
-  BasicBlockImpl(int64_t in_planes, int64_t planes, int64_t stride,
-                 Shortcut shortcut_kind = Shortcut::kZeroPad);
+  explicit BasicBlockHeadImpl(BasicBlockOptions options);
   void reset() override;
-  torch::Tensor forward(torch::Tensor input);
+  std::vector<torch::Tensor> forward(std::vector<torch::Tensor> inputs);
   double forward_flops(const std::vector<int64_t>& input_shape) const override;
 
-  int64_t in_planes;
-  int64_t planes;
-  int64_t stride;
-  Shortcut shortcut_kind;
+  BasicBlockOptions options;
   torch::nn::Conv2d conv1{nullptr};
   torch::nn::BatchNorm2d bn1{nullptr};
+};
+TORCH_MODULE(BasicBlockHead);
+
+class BasicBlockTailImpl : public torch::nn::Cloneable<BasicBlockTailImpl>, public FlopCounted {
+ public:
+  explicit BasicBlockTailImpl(BasicBlockOptions options);
+  void reset() override;
+  std::vector<torch::Tensor> forward(std::vector<torch::Tensor> inputs);
+  // input_shape: h's (the block input's follows from it).
+  double forward_flops(const std::vector<int64_t>& input_shape) const override;
+
+  BasicBlockOptions options;
   torch::nn::Conv2d conv2{nullptr};
   torch::nn::BatchNorm2d bn2{nullptr};
   // The projection (kProjection where the shape changes); null otherwise.
@@ -145,10 +167,9 @@ class BasicBlockImpl : public torch::nn::Cloneable<BasicBlockImpl>, public FlopC
   torch::nn::BatchNorm2d shortcut_bn{nullptr};
 
  private:
-  bool changes_shape() const { return stride != 1 || planes != in_planes; }
   torch::Tensor shortcut(const torch::Tensor& input);
 };
-TORCH_MODULE(BasicBlock);
+TORCH_MODULE(BasicBlockTail);
 
 // BasicBlock's option-A shortcut where it changes the shape: `input` subsampled by `stride`
 // (positions 0, s, 2s, ...) into channels [(planes - C) / 2, ...) of `planes` zero channels.

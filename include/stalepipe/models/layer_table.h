@@ -20,6 +20,7 @@ struct UnitInfo {
   // only (bias adds, batch norm, ReLU, pooling and residual adds are not counted).
   double forward_mflops = 0.0;
   bool cut_after = true;
+  Skips skips;                       // as in the Unit
 };
 
 // One row per unit. Runs one batch-1 forward of zeros (on the device and dtype of the model's

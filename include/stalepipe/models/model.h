@@ -54,8 +54,16 @@ class Model {
   int unit_ending_at_layer(int layer) const;
 
   // A Sequential of all units in order, named by unit name. It shares the unit modules, so
-  // training it trains this model. Throws c10::Error on duplicate or invalid unit names.
+  // training it trains this model. Throws c10::Error on duplicate or invalid unit names. Its
+  // forward() runs a chain only; forward() below also runs units with skip tensors.
   torch::nn::Sequential as_sequential() const;
+
+  // The whole network on x (units in order, skip tensors handed on): the model without any
+  // pipeline register.
+  torch::Tensor forward(torch::Tensor x) const;
+
+  // Whether any unit stashes or pops a skip tensor.
+  bool has_skips() const;
 
   // Number of trainable parameter elements (buffers such as BN running stats not included).
   int64_t num_parameters() const;

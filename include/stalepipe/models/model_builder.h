@@ -38,6 +38,10 @@ struct UnitOptions {
   // Number of weight layers the unit counts for in the PPV numbering; -1 counts its conv and
   // linear modules. Set it for a unit whose weights live in other module types.
   TORCH_ARG(int, weight_layers) = -1;
+  // Skip tensors (models/skips.h): names the unit takes besides its input, and names it gives
+  // besides its output. A unit with either has forward std::vector<Tensor>(std::vector<Tensor>).
+  TORCH_ARG(std::vector<std::string>, pops);
+  TORCH_ARG(std::vector<std::string>, stashes);
 };
 
 // Holds a torch::nn::Sequential as a unit (Sequential's templated forward cannot be stored in
@@ -78,8 +82,8 @@ class ModelBuilder {
   const InputShape& input() const { return input_; }
   size_t size() const { return units_.size(); }
 
-  // The model. Checks that it fits together by running a zero batch of 2 samples through the
-  // units in order (no gradient, eval mode, each unit's training flag restored; parameters,
+  // The model. Checks its skips (models/skips.h: check_skips) and that it fits together by
+  // running a zero batch of 2 samples through the units in order (no gradient, eval mode, each unit's training flag restored; parameters,
   // buffers and the global RNG are untouched). Throws UsageError when there is no unit, the
   // input shape is not positive, a unit rejects its input, e.g.
   //   "model mycnn: unit 3 (fc1) cannot take the output of unit 2 (conv2), [2, 16, 5, 5]:

@@ -3,7 +3,9 @@
 // A model is a flat, ordered list of units (model.h). A partition is a contiguous range of
 // units, built by the engine as a torch::nn::Sequential with push_back(unit.name, unit.module),
 // so a unit must satisfy everything Sequential, torch::save/load, to(device) and train()/eval()
-// require of a child module.
+// require of a child module. Each unit takes the previous unit's output; a unit may also hand
+// named *skip tensors* to a later unit (Skips below, models/skips.h), which is how networks
+// that are not a chain (residual blocks cut in two, U-Nets) are written.
 #pragma once
 
 #include <string>
@@ -13,13 +15,23 @@
 
 namespace stalepipe::models {
 
+// The skip tensors a unit takes and gives besides its input and output. A unit with any has
+// forward: std::vector<Tensor>(std::vector<Tensor>) taking {input, popped...} in the order of
+// `pops` and returning {output, stashed...} in the order of `stashes`; a unit without any has
+// forward: Tensor(Tensor). Every name is stashed by one unit and popped by one later unit.
+struct Skips {
+  std::vector<std::string> pops;
+  std::vector<std::string> stashes;
+  bool empty() const { return pops.empty() && stashes.empty(); }
+};
+
 struct Unit {
   // A valid torch module name, unique within the model: non-empty, no '.'.
   // Examples: "conv1", "block1_2", "fc".
   std::string name;
 
-  // forward: Tensor(Tensor), input [N, ...] -> output [N, ...].
-  // Contract: never modifies its input in place (the input may be a leaf that requires grad,
+  // forward: Tensor(Tensor), input [N, ...] -> output [N, ...] (with skips: as Skips says).
+  // Contract: never modifies its input or a popped tensor in place (the input may be a leaf that requires grad,
   // e.g. the detached activation a pipeline register hands over), and never draws from the
   // global RNG in forward (the same mini-batch must give the same result on any thread).
   // Copying a Unit shares the module (AnyModule copies are shallow).
@@ -32,6 +44,9 @@ struct Unit {
   // Whether a pipeline register may follow this unit. False inside structures that must not
   // be split (none in the zoo: a ResNet block is already one unit).
   bool cut_after = true;
+
+  // The skip tensors it pops and stashes (none for a unit of a chain).
+  Skips skips;
 };
 
 }  // namespace stalepipe::models

@@ -18,10 +18,19 @@ class Model;
 
 namespace stalepipe::partition {
 
+// A skip tensor (models/skips.h) that crosses a register: it goes from partition `from` (which
+// stashes it) straight to partition `to` (which pops it), and its gradient back (0-based).
+struct SkipRoute {
+  std::string name;
+  int from = 0;
+  int to = 0;
+};
+
 struct Plan {
   std::vector<int> ppv;                                // register after these weight layers
   std::vector<std::pair<size_t, size_t>> unit_ranges;  // per partition: units [first, second)
   std::vector<int64_t> parameters;                     // trainable parameters per partition
+  std::vector<SkipRoute> skips;                        // in the order their producers stash them
   // The model's first units whose activations backward recomputes (exec/stage.h); 0: none.
   size_t recompute_units = 0;
   int num_partitions() const { return static_cast<int>(unit_ranges.size()); }
@@ -50,6 +59,9 @@ size_t units_through_layer(const models::Model& model, int layer, const std::str
 // The share (0..100) of trainable parameters in partitions whose forward uses stale weights,
 // given each partition's staleness d_k (docs/design.md: "Percentage of stale weights").
 double stale_weight_percent(const Plan& plan, const std::vector<int>& staleness);
+
+// "block1_1: partition 1 -> 3, ..." - the plan's skip routes, 1-based; "none" without any.
+std::string format_skip_routes(const Plan& plan);
 
 // "1, 3, 5, 7" - the weight layers a register may follow.
 std::string format_cut_layers(const models::Model& model);

@@ -15,7 +15,26 @@ using test::throws_with;
 TEST(RegistryTest, Names) {
   EXPECT_EQ(dataset_names(),
       (std::vector<std::string>{"fashion-mnist", "mnist", "kmnist", "cifar10", "folder", "synthetic",
-                               "synthetic-regression"}));
+                               "synthetic-regression", "synthetic-masks"}));
+}
+
+TEST(RegistryTest, SyntheticMasksHaveAClassPerPixel) {
+  const DataSplit split = load_dataset("synthetic-masks:64");
+  EXPECT_EQ(split.train.size(), 64);
+  EXPECT_EQ(split.test.size(), 16);
+  EXPECT_EQ(split.train.images.sizes(), (std::vector<int64_t>{64, 1, 32, 32}));
+  EXPECT_EQ(split.train.labels.sizes(), (std::vector<int64_t>{64, 32, 32}));
+  EXPECT_EQ(split.train.num_classes, 4);
+  EXPECT_EQ(split.train.labels.min().item<int64_t>(), 0);
+  EXPECT_EQ(split.train.labels.max().item<int64_t>(), 3);
+  // Each class at its own brightness: the mean pixel of a class rises with it.
+  const auto pixels = split.train.images.squeeze(1).to(torch::kFloat);
+  double last = -1;
+  for (int64_t c = 0; c < 4; ++c) {
+    const double mean = pixels.masked_select(split.train.labels.eq(c)).mean().item<double>();
+    EXPECT_GT(mean, last + 30) << "class " << c;
+    last = mean;
+  }
 }
 
 TEST(RegistryTest, Synthetic) {

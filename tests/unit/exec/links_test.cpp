@@ -7,6 +7,8 @@
 #include "exec/links_impl.h"
 #include "stalepipe/common/error.h"
 #include "stalepipe/exec/device_stream.h"
+#include "stalepipe/exec/pipeline.h"
+#include "stalepipe/models/zoo.h"
 
 namespace stalepipe::exec {
 namespace {
@@ -45,6 +47,26 @@ TEST(Wiring, RefusesARouteItDoesNotHaveAndAMessageWithOtherTensors) {
               std::string::npos)
         << e.what();
   }
+}
+
+// The U-Net cut after layers 1 and 3: enc1 goes from partition 1 straight to 3 on a route of
+// its own, enc2 from 2 to 3 along with the activation; each gradient goes back the same way.
+TEST(Wiring, SkipTensorsGoStraightFromProducerToConsumer) {
+  torch::manual_seed(0);
+  const models::Model model = models::make_model("unet", {1, 32, 32, 4});
+  const partition::Plan plan = partition::make_plan(model, {1, 3});
+  ASSERT_EQ(plan.skips.size(), 2u);
+  EXPECT_EQ(partition::format_skip_routes(plan), "enc1: partition 1 -> 3, enc2: partition 2 -> 3");
+  Pipeline pipeline(model, plan, std::vector<torch::Device>(3, torch::kCPU), optim::SgdOptions());
+  const Wiring w = Wiring::pipeline(pipeline.stages());
+  ASSERT_EQ(w.routes().size(), 6u);
+  EXPECT_EQ(w.find(0, 1, Lane::kActivation).names, (std::vector<std::string>{"activation", "target"}));
+  EXPECT_EQ(w.find(1, 2, Lane::kActivation).names, (std::vector<std::string>{"activation", "target", "enc2"}));
+  EXPECT_EQ(w.find(2, 1, Lane::kGradient).names, (std::vector<std::string>{"gradient", "enc2"}));
+  EXPECT_EQ(w.find(0, 2, Lane::kActivation).names, (std::vector<std::string>{"enc1"}));
+  EXPECT_EQ(w.find(2, 0, Lane::kGradient).names, (std::vector<std::string>{"enc1"}));
+  EXPECT_EQ(pipeline.stage(0).skip_outputs(), (std::vector<std::string>{"enc1"}));
+  EXPECT_EQ(pipeline.stage(2).skip_inputs(), (std::vector<std::string>{"enc2", "enc1"}));
 }
 
 TEST(Message, FindsItsTensorsByName) {

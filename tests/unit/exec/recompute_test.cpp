@@ -100,7 +100,7 @@ TEST(Recompute, TheRangeEndsWhereARegisterCouldGo) {
   EXPECT_EQ(plan.recomputed_units(0), plan.unit_ranges[0].second - plan.unit_ranges[0].first);
   EXPECT_EQ(plan.recomputed_units(1), plan.recompute_units - plan.unit_ranges[1].first);
   EXPECT_EQ(partition::make_plan(model, {13}, 7).recomputed_units(1), 0u);
-  for (const int bad : {4, -1, 21}) {
+  for (const int bad : {-1, 21}) {
     try {
       partition::units_through_layer(model, bad);
       ADD_FAILURE() << "recompute " << bad << " was accepted";
@@ -108,7 +108,7 @@ TEST(Recompute, TheRangeEndsWhereARegisterCouldGo) {
       const std::string what = e.what();
       EXPECT_NE(what.find("recompute " + std::to_string(bad) + ": model resnet20"),
                 std::string::npos) << what;
-      EXPECT_NE(what.find("may end after layer 1, 3, 5"), std::string::npos) << what;
+      EXPECT_NE(what.find("may end after layer 1, 2, 3, 4"), std::string::npos) << what;
     }
   }
 }

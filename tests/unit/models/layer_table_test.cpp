@@ -39,10 +39,10 @@ TEST(LayerTableTest, LeNet5RowsHaveHandCountedShapesParametersAndFlops) {
 TEST(LayerTableTest, ResNet20FlopsMatchHandCount) {
   Model model = make_model("resnet20", InputShape{3, 32, 32, 10});
   const std::vector<UnitInfo> rows = describe_units(model);
-  ASSERT_EQ(rows.size(), 11u);
-  EXPECT_EQ(rows[3].output_shape, (Shape{16, 32, 32}));
-  EXPECT_EQ(rows[4].output_shape, (Shape{32, 16, 16}));
-  EXPECT_EQ(rows[9].output_shape, (Shape{64, 8, 8}));
+  ASSERT_EQ(rows.size(), 20u);  // stem, 9 blocks of two units, fc
+  EXPECT_EQ(rows[6].output_shape, (Shape{16, 32, 32}));  // block1_3b
+  EXPECT_EQ(rows[7].output_shape, (Shape{32, 16, 16}));  // block2_1a
+  EXPECT_EQ(rows[18].output_shape, (Shape{64, 8, 8}));   // block3_3b
   // stem 2*16*27*1024 = 884,736; every 3x3 conv after it costs 4,718,592 except the two
   // stride-2 ones (2,359,296 each): 16 * 4,718,592 + 2 * 2,359,296; fc 2*64*10 = 1,280.
   // Total 81,102,080 FLOPs (40.6M multiply-adds; He et al. quote ~41M for ResNet-20).
@@ -51,7 +51,8 @@ TEST(LayerTableTest, ResNet20FlopsMatchHandCount) {
     total += row.forward_mflops;
   }
   EXPECT_NEAR(rows[0].forward_mflops, 0.884736, 1e-9);
-  EXPECT_NEAR(rows[4].forward_mflops, (2359296.0 + 4718592.0) * 1e-6, 1e-9);
+  EXPECT_NEAR(rows[7].forward_mflops, 2359296.0 * 1e-6, 1e-9);  // block2_1's stride-2 conv
+  EXPECT_NEAR(rows[8].forward_mflops, 4718592.0 * 1e-6, 1e-9);
   EXPECT_NEAR(total, 81.10208, 1e-8);
 }
 
@@ -112,13 +113,19 @@ TEST(LayerTableTest, FormattedTableShowsRegisterPositionsAndTotals) {
   EXPECT_NE(table.find("register after"), std::string::npos);
   EXPECT_NE(table.find("269,722"), std::string::npos);
   EXPECT_NE(table.find("81.102"), std::string::npos);
-  // Row of block1_3: layers 6-7, a register may follow layer 7.
-  const size_t row = table.find("block1_3");
+  // Rows of block1_3: layer 6, which stashes the block's input, and layer 7, which pops it;
+  // a register may follow either.
+  const size_t row = table.find("block1_3a");
   ASSERT_NE(row, std::string::npos);
   const std::string line = table.substr(row, table.find('\n', row) - row);
-  EXPECT_NE(line.find("6-7"), std::string::npos) << line;
-  EXPECT_EQ(line.substr(line.size() - 1), "7") << line;
-  EXPECT_EQ(std::count(table.begin(), table.end(), '\n'), 1 + 1 + 11 + 1);
+  EXPECT_NE(line.find("  6  "), std::string::npos) << line;
+  EXPECT_EQ(line.substr(line.size() - 16), "stashes block1_3") << line;
+  const size_t tail = table.find("block1_3b");
+  const std::string tail_line = table.substr(tail, table.find('\n', tail) - tail);
+  EXPECT_NE(tail_line.find("  7  "), std::string::npos) << tail_line;
+  EXPECT_EQ(tail_line.substr(tail_line.size() - 13), "pops block1_3") << tail_line;
+  EXPECT_NE(table.find("skip tensors"), std::string::npos);
+  EXPECT_EQ(std::count(table.begin(), table.end(), '\n'), 1 + 1 + 20 + 1);
 }
 
 TEST(LayerTableTest, LeNet5TableIsAlignedAsDocumented) {

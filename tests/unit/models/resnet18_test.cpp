@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <numeric>
 
 #include "stalepipe/common/error.h"
 #include "stalepipe/models/blocks.h"
@@ -34,22 +35,29 @@ TEST(ResNet18Test, ParametersAndFlopsAreTorchvisions) {
 TEST(ResNet18Test, StructureUnitsAndNumbering) {
   const Model model = resnet18(3, 32, 10);
   EXPECT_EQ(model.name, "resnet18");
-  ASSERT_EQ(model.units.size(), 10u);
-  const char* const kNames[] = {"conv1",    "block1_1", "block1_2", "block2_1", "block2_2",
-                                "block3_1", "block3_2", "block4_1", "block4_2", "fc"};
-  for (size_t i = 0; i < model.units.size(); ++i) {
-    EXPECT_EQ(model.units[i].name, kNames[i]);
-  }
+  ASSERT_EQ(model.units.size(), 18u);
+  const char* const kBlocks[] = {"block1_1", "block1_2", "block2_1", "block2_2",
+                                 "block3_1", "block3_2", "block4_1", "block4_2"};
+  EXPECT_EQ(model.units.front().name, "conv1");
+  EXPECT_EQ(model.units.back().name, "fc");
   EXPECT_EQ(model.num_weight_layers(), 18);
-  EXPECT_EQ(model.cut_layers(), (std::vector<int>{1, 3, 5, 7, 9, 11, 13, 15, 17}));
-  EXPECT_EQ(model.units[3].weight_layers, (std::vector<int>{6, 7}));  // block2_1
+  std::vector<int> every_layer(17);
+  std::iota(every_layer.begin(), every_layer.end(), 1);
+  EXPECT_EQ(model.cut_layers(), every_layer);
   // Projection shortcuts exactly where the shape changes: the first block of stages 2-4.
-  for (size_t i = 1; i + 1 < model.units.size(); ++i) {
-    const auto* block = model.units[i].module.ptr()->as<BasicBlockImpl>();
-    ASSERT_NE(block, nullptr) << kNames[i];
-    const bool first_of_later_stage = i == 3 || i == 5 || i == 7;
-    EXPECT_EQ(static_cast<bool>(block->shortcut_conv), first_of_later_stage) << kNames[i];
-    EXPECT_EQ(block->stride, first_of_later_stage ? 2 : 1) << kNames[i];
+  for (size_t b = 0; b < 8; ++b) {
+    const Unit& head = model.units[1 + 2 * b];
+    const Unit& tail = model.units[2 + 2 * b];
+    EXPECT_EQ(head.name, std::string(kBlocks[b]) + "a");
+    EXPECT_EQ(tail.name, std::string(kBlocks[b]) + "b");
+    EXPECT_EQ(head.weight_layers, (std::vector<int>{2 + 2 * static_cast<int>(b)}));
+    EXPECT_EQ(head.skips.stashes, (std::vector<std::string>{kBlocks[b]}));
+    EXPECT_EQ(tail.skips.pops, (std::vector<std::string>{kBlocks[b]}));
+    const auto* block = tail.module.ptr()->as<BasicBlockTailImpl>();
+    ASSERT_NE(block, nullptr) << kBlocks[b];
+    const bool first_of_later_stage = b == 2 || b == 4 || b == 6;
+    EXPECT_EQ(static_cast<bool>(block->shortcut_conv), first_of_later_stage) << kBlocks[b];
+    EXPECT_EQ(block->options.stride(), first_of_later_stage ? 2 : 1) << kBlocks[b];
   }
   EXPECT_TRUE(prefers_channels_last("resnet18"));
 }
@@ -60,15 +68,15 @@ TEST(ResNet18Test, TakesAnyInputFrom32x32) {
     Model model = resnet18(1, size, 10);
     const auto rows = describe_units(model);
     EXPECT_EQ(rows[0].output_shape, (std::vector<int64_t>{64, size / 4, size / 4}));
-    EXPECT_EQ(rows[8].output_shape, (std::vector<int64_t>{512, size / 32, size / 32}));
+    EXPECT_EQ(rows[16].output_shape, (std::vector<int64_t>{512, size / 32, size / 32}));
     model.as_sequential()->train();
-    const torch::Tensor out = model.as_sequential()->forward(torch::randn({2, 1, size, size}));
+    const torch::Tensor out = model.forward(torch::randn({2, 1, size, size}));
     EXPECT_EQ(out.sizes(), (std::vector<int64_t>{2, 10}));
     EXPECT_TRUE(torch::isfinite(out).all().item<bool>());
   }
   Model odd = make_model("resnet18", InputShape{3, 45, 37, 5});
   torch::NoGradGuard no_grad;
-  EXPECT_EQ(odd.as_sequential()->forward(torch::randn({1, 3, 45, 37})).sizes(),
+  EXPECT_EQ(odd.forward(torch::randn({1, 3, 45, 37})).sizes(),
             (std::vector<int64_t>{1, 5}));
 }
 
@@ -92,10 +100,10 @@ TEST(ResNet18Test, InitialisationIsKaimingFanOutWithUnitBatchNorm) {
   const auto parameters = model.as_sequential()->named_parameters();
   // The stem: 64 out channels, 7x7: fan_out = 3,136; the projection of block4_1: 512, 1x1.
   EXPECT_NEAR(parameters["conv1.conv.weight"].std().item<double>(), std::sqrt(2.0 / 3136), 0.002);
-  EXPECT_NEAR(parameters["block4_1.shortcut_conv.weight"].std().item<double>(),
+  EXPECT_NEAR(parameters["block4_1b.shortcut_conv.weight"].std().item<double>(),
               std::sqrt(2.0 / 512), 0.002);
-  EXPECT_TRUE(torch::equal(parameters["block4_1.shortcut_bn.weight"], torch::ones({512})));
-  EXPECT_TRUE(torch::equal(parameters["block4_1.shortcut_bn.bias"], torch::zeros({512})));
+  EXPECT_TRUE(torch::equal(parameters["block4_1b.shortcut_bn.weight"], torch::ones({512})));
+  EXPECT_TRUE(torch::equal(parameters["block4_1b.shortcut_bn.bias"], torch::zeros({512})));
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 // weight-layer numbering and cut layers, error messages, reproducibility, serialisation.
 #include <gtest/gtest.h>
 
+#include <numeric>
 #include <sstream>
 
 #include "stalepipe/common/error.h"
@@ -22,9 +23,9 @@ Model seeded_model(const std::string& name, int64_t channels, uint64_t seed = 1)
   return make_model(name, input_with_channels(channels));
 }
 
-std::string usage_error_message(const std::string& name) {
+std::string usage_error_message(const std::string& name, const InputShape& input = {}) {
   try {
-    make_model(name, InputShape{});
+    make_model(name, input);
   } catch (const UsageError& error) {
     return error.what();
   }
@@ -58,7 +59,7 @@ TEST(ZooTest, EveryModelMapsBatchToClassScoresForOneAndThreeChannels) {
       SCOPED_TRACE(name + " with " + std::to_string(channels) + " channels");
       Model model = seeded_model(name, channels);
       torch::NoGradGuard no_grad;
-      const torch::Tensor out = model.as_sequential()->forward(
+      const torch::Tensor out = model.forward(
           torch::randn({2, channels, 32, 32}));
       EXPECT_EQ(out.sizes(), (std::vector<int64_t>{2, 10}));
       EXPECT_TRUE(torch::isfinite(out).all().item<bool>());
@@ -72,7 +73,7 @@ TEST(ZooTest, ClassCountAndUnpaddedMnistSizeAreHonoured) {
   input.num_classes = 7;
   Model model = make_model("lenet5", input);
   torch::NoGradGuard no_grad;
-  EXPECT_EQ(model.as_sequential()->forward(torch::zeros({3, 1, 28, 28})).sizes(),
+  EXPECT_EQ(model.forward(torch::zeros({3, 1, 28, 28})).sizes(),
             (std::vector<int64_t>{3, 7}));
 }
 
@@ -92,12 +93,16 @@ TEST(ZooTest, WeightLayerNumberingAndCutLayers) {
 
   const Model resnet20 = seeded_model("resnet20", 3);
   EXPECT_EQ(resnet20.num_weight_layers(), 20);
-  EXPECT_EQ(resnet20.units.size(), 1u + 9u + 1u);
-  EXPECT_EQ(resnet20.cut_layers(), (std::vector<int>{1, 3, 5, 7, 9, 11, 13, 15, 17, 19}));
-  EXPECT_EQ(resnet20.unit_ending_at_layer(7), 3);  // stem + stage 1: the paper's PPV 7
-  EXPECT_EQ(resnet20.units[3].name, "block1_3");
-  EXPECT_EQ(resnet20.units[3].weight_layers, (std::vector<int>{6, 7}));
-  EXPECT_EQ(resnet20.unit_ending_at_layer(8), -1);  // inside block2_1
+  EXPECT_EQ(resnet20.units.size(), 1u + 18u + 1u);  // a block is two units
+  std::vector<int> every_layer(19);
+  std::iota(every_layer.begin(), every_layer.end(), 1);
+  EXPECT_EQ(resnet20.cut_layers(), every_layer);
+  EXPECT_EQ(resnet20.unit_ending_at_layer(7), 6);  // stem + stage 1: the paper's PPV 7
+  EXPECT_EQ(resnet20.units[6].name, "block1_3b");
+  EXPECT_EQ(resnet20.units[6].weight_layers, (std::vector<int>{7}));
+  EXPECT_EQ(resnet20.unit_ending_at_layer(8), 7);  // inside block2_1, after its first conv
+  EXPECT_EQ(resnet20.units[7].skips.stashes, (std::vector<std::string>{"block2_1"}));
+  EXPECT_EQ(resnet20.units[8].skips.pops, (std::vector<std::string>{"block2_1"}));
   EXPECT_EQ(resnet20.units.back().name, "fc");
   EXPECT_EQ(resnet20.units.back().weight_layers, (std::vector<int>{20}));
 
@@ -112,12 +117,25 @@ TEST(ZooTest, AnyResNetDepthSixNPlusTwoBuildsWithTheRightNumbering) {
     const Model model = make_model("resnet" + std::to_string(depth), input_with_channels(3));
     ASSERT_EQ(model.name, "resnet" + std::to_string(depth));
     ASSERT_EQ(model.num_weight_layers(), depth);
-    ASSERT_EQ(model.units.size(), static_cast<size_t>(3 * n + 2));
+    ASSERT_EQ(model.units.size(), static_cast<size_t>(6 * n + 2));
     const std::vector<int> cuts = model.cut_layers();
-    ASSERT_EQ(cuts.size(), static_cast<size_t>(3 * n + 1));
+    ASSERT_EQ(cuts.size(), static_cast<size_t>(depth - 1));
     ASSERT_EQ(cuts.back(), depth - 1);
     ASSERT_NE(std::find(cuts.begin(), cuts.end(), 2 * n + 1), cuts.end()) << depth;
   }
+}
+
+// The U-Net's skips jump over units: enc1 from the first unit to the fifth.
+TEST(ZooTest, UNetGivesPerPixelLogitsAndItsSkipsJumpOverUnits) {
+  torch::manual_seed(3);
+  const Model unet = make_model("unet", InputShape{1, 32, 32, 4});
+  EXPECT_EQ(unet.num_weight_layers(), 8);
+  EXPECT_EQ(unet.cut_layers(), (std::vector<int>{1, 2, 3, 5, 7}));
+  EXPECT_EQ(unet.units[0].skips.stashes, (std::vector<std::string>{"enc1"}));
+  EXPECT_EQ(unet.units[4].skips.pops, (std::vector<std::string>{"enc1"}));
+  EXPECT_EQ(unet.forward(torch::randn({2, 1, 32, 32})).sizes(), (std::vector<int64_t>{2, 4, 32, 32}));
+  EXPECT_EQ(usage_error_message("unet", InputShape{1, 30, 32, 4}),
+            "model unet: input 30x32 does not halve twice; height and width must be multiples of 4");
 }
 
 TEST(ZooTest, BadNamesAndDepthsAreUsageErrorsThatSayWhatIsValid) {
@@ -133,9 +151,9 @@ TEST(ZooTest, BadNamesAndDepthsAreUsageErrorsThatSayWhatIsValid) {
             "model resnet99999999999" + depths + "'99999999999'");
   EXPECT_EQ(usage_error_message("lenet"),
             "unknown model 'lenet'; expected one of: lenet5, alexnet, vgg16, resnet18, "
-            "resnet<6n+2> (e.g. resnet20, resnet56, resnet110)");
+            "resnet<6n+2>, unet (e.g. resnet20, resnet56, resnet110)");
   EXPECT_EQ(model_names(), (std::vector<std::string>{"lenet5", "alexnet", "vgg16", "resnet18",
-                                                     "resnet<6n+2>"}));
+                                                     "resnet<6n+2>", "unet"}));
 }
 
 TEST(ZooTest, InputShapesTheNetworkCannotTakeAreUsageErrors) {
@@ -180,10 +198,10 @@ TEST(ZooTest, ResNetInitialisationIsKaimingFanOutWithUnitBatchNorm) {
   const Model model = seeded_model("resnet56", 3);
   const auto parameters = model.as_sequential()->named_parameters();
   // block3_2.conv2: 64 out channels, 3x3: fan_out = 576, std = sqrt(2 / 576) = 0.0589.
-  const torch::Tensor weight = parameters["block3_2.conv2.weight"];
+  const torch::Tensor weight = parameters["block3_2b.conv2.weight"];
   EXPECT_NEAR(weight.std().item<double>(), std::sqrt(2.0 / 576.0), 0.003);
-  EXPECT_TRUE(torch::equal(parameters["block3_2.bn2.weight"], torch::ones({64})));
-  EXPECT_TRUE(torch::equal(parameters["block3_2.bn2.bias"], torch::zeros({64})));
+  EXPECT_TRUE(torch::equal(parameters["block3_2b.bn2.weight"], torch::ones({64})));
+  EXPECT_TRUE(torch::equal(parameters["block3_2b.bn2.bias"], torch::zeros({64})));
 }
 
 TEST(ZooTest, PartitionSaveAndLoadRoundTripsParametersAndBuffers) {
@@ -200,7 +218,7 @@ TEST(ZooTest, PartitionSaveAndLoadRoundTripsParametersAndBuffers) {
     }
     {  // make the BN running stats non-trivial
       torch::NoGradGuard no_grad;
-      source.as_sequential()->forward(torch::randn({2, 3, 32, 32}));
+      source.forward(torch::randn({2, 3, 32, 32}));
     }
     std::stringstream stream;
     torch::save(saved, stream);

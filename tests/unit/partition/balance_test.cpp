@@ -44,7 +44,8 @@ std::vector<int> brute_force(const models::Model& model, const std::vector<doubl
 
 TEST(Balance, MatchesBruteForceOnRandomCosts) {
   std::mt19937 rng(12345);
-  for (const std::string name : {"lenet5", "resnet20"}) {
+  // resnet8: 7 register positions, two of them inside each block; unet: a unit of two layers.
+  for (const std::string name : {"lenet5", "resnet8", "unet"}) {
     const auto model = model_named(name);
     const int max_k = static_cast<int>(model.cut_layers().size()) + 1;
     for (int trial = 0; trial < 12; ++trial) {
@@ -64,11 +65,10 @@ TEST(Balance, MatchesBruteForceOnRandomCosts) {
 }
 
 TEST(Balance, EqualCostsOnResnet20SplitInTheMiddle) {
-  // resnet20: conv1, 9 blocks, fc = 11 units. With costs 1 each and K = 2 the best split is
-  // 5 + 6 or 6 + 5 (max 6); the earliest cut reaching 6 is after 5 units (conv1 + 4 blocks),
-  // i.e. after layer 1 + 2*4 = 9.
+  // resnet20: conv1, 9 blocks of two units, fc = 20 units, one weight layer each. With costs
+  // 1 each and K = 2 the best split is 10 + 10: after layer 10, inside block2_2.
   const auto model = model_named("resnet20");
-  EXPECT_EQ(balance(model, std::vector<double>(11, 1.0), 2), std::vector<int>({9}));
+  EXPECT_EQ(balance(model, std::vector<double>(20, 1.0), 2), std::vector<int>({10}));
 }
 
 TEST(Balance, TooManyPartitionsIsAUsageError) {

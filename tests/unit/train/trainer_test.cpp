@@ -209,7 +209,7 @@ TEST(Trainer, BadOptionsAreUsageErrors) {
   expect_usage([] { return small("9"); }, "PipelineOptions::ppv 9: model lenet5 has 5 weight layers; a register may follow layer 1, 2, 3, 4");
   expect_usage([] { return small("3,2"); }, "must increase");
   expect_usage([] { return small("x"); }, "is not a layer number");
-  expect_usage([] { return small("8", {{"model", "resnet20"}}); }, "no register may follow layer 8");
+  expect_usage([] { return small("4", {{"model", "unet"}}); }, "no register may follow layer 4 (inside unit 4 (dec2)");
   expect_usage([] { return small("2", {{"devices", "cpu"}}); }, "names 1 device(s) but the pipeline has 2 partitions");
   expect_usage([] { return small("2", {{"devices", "cpu,cuda:99"}}); }, "cuda:99 is not present");
   expect_usage([] { return small("2", {{"schedule", "hybrid"}, {"hybrid_switch", "3"}}); }, "the switch must come no later");
