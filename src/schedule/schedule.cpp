@@ -235,6 +235,22 @@ ScheduleStats analyze(const Schedule& schedule) {
   return stats;
 }
 
+int max_skip_in_flight(const Schedule& schedule, int from, int to) {
+  SP_CHECK_ARG(from >= 0 && from < to && to < schedule.num_workers, "skip from worker ", from + 1, " to worker ",
+               to + 1, ": needs 1 <= from < to <= ", schedule.num_workers);
+  std::set<std::pair<int64_t, int>> held;
+  size_t most = 0;
+  for (const auto& g : global_order(schedule)) {
+    if (g.worker == from && g.op.kind == OpKind::kForward) {
+      held.insert({g.op.step, g.op.micro});
+      most = std::max(most, held.size());
+    }
+    if (g.worker == to && g.op.kind == OpKind::kBackward) held.erase({g.op.step, g.op.micro});
+  }
+  const int M = schedule.micro_batches;
+  return static_cast<int>((static_cast<int>(most) + M - 1) / M);
+}
+
 std::vector<int> tally_staleness(const Schedule& schedule, int64_t end_step,
                                  const std::vector<int>& full_delay, StalenessTally& tally) {
   const size_t K = static_cast<size_t>(schedule.num_workers);

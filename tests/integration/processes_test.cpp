@@ -402,31 +402,6 @@ TEST(Processes, ADamagedShardOfOneRankMakesAllRanksResumeFromThePreviousCheckpoi
 namespace stalepipe::test {
 namespace {
 
-// FNV-1a 64 over the bytes of every parameter, then every buffer, partition by partition, of
-// the last checkpoint of run_dir.
-std::string weights_digest(const std::string& run_dir, const std::string& model_name, const std::string& ppv) {
-  models::InputShape input;
-  input.channels = 1;
-  auto model = models::make_model(model_name, input);
-  const auto plan = partition::make_plan(model, partition::parse_ppv(ppv));
-  exec::Pipeline pipeline(model, plan, std::vector<torch::Device>(plan.num_partitions(), torch::kCPU),
-                          optim::SgdOptions());
-  exec::load_checkpoint(run_dir, pipeline.stages());
-  uint64_t h = 14695981039346656037ULL;
-  auto add = [&h](const torch::Tensor& t) {
-    const auto c = t.detach().contiguous().cpu();
-    const auto* p = static_cast<const unsigned char*>(c.data_ptr());
-    for (size_t i = 0; i < c.nbytes(); ++i) h = (h ^ p[i]) * 1099511628211ULL;
-  };
-  for (int k = 0; k < pipeline.num_stages(); ++k) {
-    for (const auto& t : pipeline.stage(k).module()->parameters()) add(t);
-    for (const auto& t : pipeline.stage(k).module()->buffers()) add(t);
-  }
-  char text[17];
-  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(h));
-  return text;
-}
-
 // Every executor now runs one training loop. These digests were recorded with the
 // code before it (commit b84479c, two loops) by the same commands; the weights after 50
 // mini-batches of Fashion-MNIST must not have moved by a bit. The CPU kernels are pinned to

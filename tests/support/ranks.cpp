@@ -8,12 +8,18 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <sstream>
 #include <thread>
 
 #include <torch/serialize.h>
+
+#include "stalepipe/exec/checkpoint.h"
+#include "stalepipe/exec/pipeline.h"
+#include "stalepipe/models/zoo.h"
+#include "stalepipe/partition/plan.h"
 
 namespace stalepipe::test {
 namespace {
@@ -148,6 +154,50 @@ void expect_same_results(const std::string& a, const std::string& b) {
 std::vector<std::string> rank_env(int rank, int world, int port) {
   return {"RANK=" + std::to_string(rank), "WORLD_SIZE=" + std::to_string(world),
           "MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + std::to_string(port)};
+}
+
+std::vector<PartitionTensors> checkpoint_tensors(const std::string& run_dir, const std::string& model_name,
+                                                 const std::string& ppv, int64_t classes) {
+  models::InputShape input;
+  input.channels = 1;
+  input.num_classes = classes;
+  auto model = models::make_model(model_name, input);
+  const auto plan = partition::make_plan(model, partition::parse_ppv(ppv));
+  exec::Pipeline pipeline(model, plan, std::vector<torch::Device>(plan.num_partitions(), torch::kCPU),
+                          optim::SgdOptions());
+  exec::load_checkpoint(run_dir, pipeline.stages());
+  std::vector<PartitionTensors> out;
+  for (int k = 0; k < pipeline.num_stages(); ++k) {
+    out.push_back({pipeline.stage(k).module()->parameters(), pipeline.stage(k).module()->buffers()});
+  }
+  return out;
+}
+
+std::string weights_digest(const std::string& run_dir, const std::string& model_name, const std::string& ppv) {
+  uint64_t h = 14695981039346656037ULL;
+  auto add = [&h](const torch::Tensor& t) {
+    const auto c = t.detach().contiguous().cpu();
+    const auto* p = static_cast<const unsigned char*>(c.data_ptr());
+    for (size_t i = 0; i < c.nbytes(); ++i) h = (h ^ p[i]) * 1099511628211ULL;
+  };
+  for (const auto& partition : checkpoint_tensors(run_dir, model_name, ppv)) {
+    for (const auto& t : partition.parameters) add(t);
+    for (const auto& t : partition.buffers) add(t);
+  }
+  char text[17];
+  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(h));
+  return text;
+}
+
+std::vector<torch::Tensor> model_tensors(const std::string& run_dir, const std::string& model_name,
+                                         const std::string& ppv, int64_t classes) {
+  std::vector<torch::Tensor> parameters, buffers;
+  for (const auto& partition : checkpoint_tensors(run_dir, model_name, ppv, classes)) {
+    parameters.insert(parameters.end(), partition.parameters.begin(), partition.parameters.end());
+    buffers.insert(buffers.end(), partition.buffers.begin(), partition.buffers.end());
+  }
+  parameters.insert(parameters.end(), buffers.begin(), buffers.end());
+  return parameters;
 }
 
 }  // namespace stalepipe::test

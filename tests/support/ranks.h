@@ -9,6 +9,7 @@
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
+#include <torch/types.h>
 
 namespace stalepipe::test {
 
@@ -50,5 +51,20 @@ std::vector<std::string> rank_env(int rank, int world, int port);
 ::testing::AssertionResult same_checkpoints(const std::string& a, const std::string& b);
 // The summaries' losses, accuracies and steps are equal, and so are the checkpoints.
 void expect_same_results(const std::string& a, const std::string& b);
+
+// The last checkpoint of run_dir, a run of zoo model `model_name` (1 channel, `classes`
+// classes) cut at `ppv`: per partition, its parameters and its buffers.
+struct PartitionTensors {
+  std::vector<torch::Tensor> parameters, buffers;
+};
+std::vector<PartitionTensors> checkpoint_tensors(const std::string& run_dir, const std::string& model_name,
+                                                 const std::string& ppv, int64_t classes = 10);
+// FNV-1a 64 over the bytes of each partition's parameters, then its buffers, partition by
+// partition, as 16 hex digits.
+std::string weights_digest(const std::string& run_dir, const std::string& model_name, const std::string& ppv);
+// Every parameter, then every buffer, in model order whatever the cut: two runs of one model
+// cut differently hold the same network where these are equal.
+std::vector<torch::Tensor> model_tensors(const std::string& run_dir, const std::string& model_name,
+                                         const std::string& ppv, int64_t classes = 10);
 
 }  // namespace stalepipe::test

@@ -124,6 +124,12 @@ struct ScheduleStats {
 // Derives the per-worker staleness and in-flight counts from the operation lists.
 ScheduleStats analyze(const Schedule& schedule);
 
+// The most mini-batches (micro-batches rounded up) whose skip tensor from worker `from` to a
+// later worker `to` exists at once, in the global order: from `from`'s forward of t, which
+// sends it, to `to`'s backward of t, which frees it and sends its gradient back. A skip over
+// many partitions is held for most of the pipeline's depth.
+int max_skip_in_flight(const Schedule& schedule, int from, int to);
+
 // Staleness as it ran: per worker, the largest delay any forward had (the updates of earlier
 // mini-batches it missed; a segment starts with every earlier update applied, so a short
 // segment never reaches the steady state's d_k) and how many forwards ran at a delay of at
