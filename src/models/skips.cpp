@@ -84,6 +84,15 @@ void check_skips(const std::string& model, const std::vector<Unit>& units) {
   }
 }
 
+bool skip_live_after(const std::vector<Unit>& units, size_t u) {
+  std::set<std::string> live;
+  for (size_t i = 0; i <= u && i < units.size(); ++i) {
+    for (const std::string& name : units[i].skips.pops) live.erase(name);
+    for (const std::string& name : units[i].skips.stashes) live.insert(name);
+  }
+  return !live.empty();
+}
+
 torch::Tensor forward_units(const std::vector<Unit>& units, size_t first, size_t last,
                             torch::Tensor x, SkipTable& table) {
   for (size_t u = first; u < last; ++u) {

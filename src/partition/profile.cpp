@@ -116,6 +116,9 @@ void time_step(models::Model& model, const torch::Tensor& x, const Groups& group
     for (size_t u = groups[g].first; u < groups[g].second; ++u) {
       models::Unit& unit = model.units[u];
       h = models::forward_unit(unit.module, unit.name, unit.skips, h, skips);
+      if (record && rows) {
+        for (const std::string& name : unit.skips.stashes) (*rows)[u].stash_bytes[name] = tensor_bytes(skips.at(name));
+      }
     }
     sync();
     const double f_ms = ms_since(start);
@@ -221,10 +224,13 @@ std::vector<PartitionTiming> measure_partitions(models::Model& model, const Plan
 std::string to_json(const Profile& profile) {
   nlohmann::json units = nlohmann::json::array();
   for (const auto& u : profile.units) {
+    nlohmann::json stashes = nlohmann::json::object();
+    for (const auto& [name, bytes] : u.stash_bytes) stashes[name] = bytes;
     units.push_back({{"index", u.index}, {"name", u.name}, {"weight_layers", u.weight_layers},
                      {"forward_ms", u.forward_ms}, {"backward_ms", u.backward_ms},
                      {"output_bytes", u.output_bytes}, {"kept_bytes", u.kept_bytes},
-                     {"parameter_bytes", u.parameter_bytes}, {"forward_mflops", u.forward_mflops}});
+                     {"parameter_bytes", u.parameter_bytes}, {"forward_mflops", u.forward_mflops},
+                     {"stash_bytes", stashes}});
   }
   nlohmann::json j = {{"model", profile.model},     {"batch_size", profile.batch_size},
                       {"threads", profile.threads}, {"channels", profile.channels},
@@ -262,6 +268,8 @@ Profile from_json(const std::string& text, const std::string& source) {
       row.kept_bytes = json_get<int64_t>(u.at("kept_bytes"));
       row.parameter_bytes = json_get<int64_t>(u.at("parameter_bytes"));
       row.forward_mflops = u.value("forward_mflops", 0.0);
+      const nlohmann::json stashes = u.value("stash_bytes", nlohmann::json::object());
+      for (const auto& [name, bytes] : stashes.items()) row.stash_bytes[name] = json_get<int64_t>(bytes);
       p.units.push_back(row);
     }
     for (const auto& t : j.value("partitions", nlohmann::json::array())) {

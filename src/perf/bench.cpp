@@ -22,6 +22,7 @@
 #include "stalepipe/exec/executor.h"
 #include "stalepipe/exec/pipeline.h"
 #include "stalepipe/models/zoo.h"
+#include "stalepipe/models/skips.h"
 #include "stalepipe/partition/balance.h"
 #include "stalepipe/partition/plan.h"
 #include "stalepipe/partition/profile.h"
@@ -55,6 +56,7 @@ struct Setup {
   const BenchOptions& options;
   models::InputShape input;
   std::vector<exec::Input> batches;  // reused in turn
+  std::string skip_free_ppv;         // BenchReport::skip_free_ppv
 };
 
 struct RunOutcome {
@@ -193,6 +195,16 @@ std::vector<int> predict(BenchReport& report, models::Model& model, const BenchO
   report.rates.simulated =
       sim::simulate(schedule::make_schedule(schedule::ScheduleKind::kStale, K, 0, o.steps()), costs, so)
           .steady_images_per_second;
+  if (!cut.plan.skips.empty()) {
+    // The same profile's costs, with the registers that a skip would cross ruled out.
+    models::Model skip_free = model;  // shares the modules; only cut_after differs
+    for (size_t u = 0; u < skip_free.units.size(); ++u) {
+      if (models::skip_live_after(skip_free.units, u)) skip_free.units[u].cut_after = false;
+    }
+    const auto unit_cost = partition::unit_costs(model, partition::Balance::kTime, &*cut.profile,
+                                                 cut.plan.recompute_units);
+    report.skip_free_ppv = partition::format_ppv(partition::balance(skip_free, unit_cost, K));
+  }
   return cut.plan.ppv;
 }
 
@@ -235,6 +247,11 @@ std::vector<Config> bench_configs(const Setup& setup, const std::vector<int>& pp
   }
   configs.push_back({"pipeline", c10::str("stale pipeline, threads executor, ", K, " x ", per_worker, " thread(s)"),
                      [&setup, ppv, per_worker] { return measure(setup, ppv, ScheduleKind::kStale, "threads", per_worker); }});
+  if (!setup.skip_free_ppv.empty()) {
+    const auto other = partition::parse_ppv(setup.skip_free_ppv);
+    configs.push_back({"skip_free_cut", c10::str("stale pipeline at ", setup.skip_free_ppv, " (no skip crosses), threads"),
+                       [&setup, other, per_worker] { return measure(setup, other, ScheduleKind::kStale, "threads", per_worker); }});
+  }
   configs.push_back({"emulated", c10::str("stale pipeline, emulated executor, ", per_worker, " thread(s)"),
                      [&setup, ppv, per_worker] { return measure(setup, ppv, ScheduleKind::kStale, "emulated", per_worker); }});
   configs.push_back({"side_by_side", c10::str(K, " non-pipelined runs at once, ", per_worker, " thread(s) each"),
@@ -279,6 +296,7 @@ void collect(BenchReport& report, const std::vector<Config>& configs,
   report.rates.pipeline = rate_of("pipeline");
   report.rates.emulated = rate_of("emulated");
   report.rates.side_by_side = rate_of("side_by_side");
+  report.rates.skip_free_cut = rate_of("skip_free_cut");
   report.rates.non_pipelined_same_threads = per_worker == 1   ? report.rates.one_thread
                                             : per_worker == T ? report.rates.all_threads
                                                               : rate_of("same_threads");
@@ -309,6 +327,7 @@ BenchRatios compute_ratios(const BenchRates& r) {
   q.processes_vs_threads = ratio(r.processes, r.threads_train);
   q.side_by_side_vs_one_thread = ratio(r.side_by_side, r.one_thread);
   q.pipeline_vs_side_by_side = ratio(r.pipeline, r.side_by_side);
+  q.pipeline_vs_skip_free_cut = ratio(r.pipeline, r.skip_free_cut);
   return q;
 }
 
@@ -375,7 +394,7 @@ BenchReport run_bench(const BenchOptions& o, const std::function<void(const std:
   report.threads = T;
   report.threads_per_worker = per_worker;
 
-  Setup setup{o, {}, {}};
+  Setup setup{o, {}, {}, {}};
   setup.input.channels = o.channels();
   // Cheap checks first: the model name and PPV, before any profile or data.
   auto model = models::make_model(o.training().run().model(), setup.input);
@@ -383,6 +402,7 @@ BenchReport run_bench(const BenchOptions& o, const std::function<void(const std:
   say(c10::str("profiling ", o.training().run().model(), " at batch ", o.training().data().batch_size(), " with ", per_worker,
                " thread(s) per unit"));
   const std::vector<int> ppv = predict(report, model, o, K);
+  setup.skip_free_ppv = report.skip_free_ppv;
   setup.batches = synthetic_batches(o);
 
   const std::vector<Config> configs = bench_configs(setup, ppv, K, T, per_worker);

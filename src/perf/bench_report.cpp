@@ -64,6 +64,11 @@ std::string format_bench_report(const BenchReport& r) {
                   "x one thread; the pipeline reaches ",
                   std::round(1000 * r.ratios.pipeline_vs_side_by_side) / 10, "% of that\n");
   }
+  if (r.rates.skip_free_cut > 0) {
+    s += c10::str("\ncut: ", r.ppv, " (a skip tensor crosses a register) runs at ",
+                  std::round(1000 * r.ratios.pipeline_vs_skip_free_cut) / 1000, "x the best cut no skip crosses, ",
+                  r.skip_free_ppv, "\n");
+  }
   s += c10::str("\ncheck: pipeline and emulated weights ",
                 r.executors_agree ? "bit-identical" : "DIFFER (bug)", "\n\ntargets:\n");
   for (const auto& t : r.targets) {
@@ -83,6 +88,7 @@ std::string to_json(const BenchReport& r) {
   j["batch_size"] = o.training().data().batch_size();
   j["channels"] = o.channels();
   j["ppv"] = r.ppv;
+  j["skip_free_ppv"] = r.skip_free_ppv;
   j["layout"] = r.layout;
   j["recompute"] = o.training().pipeline().recompute();
   j["pipeline_given"] = !o.training().pipeline().ppv().empty();
@@ -106,6 +112,7 @@ std::string to_json(const BenchReport& r) {
                 {"processes", r.rates.processes},
                 {"threads_train", r.rates.threads_train},
                 {"side_by_side", r.rates.side_by_side},
+                {"skip_free_cut", r.rates.skip_free_cut},
                 {"processes_runs", r.rates.processes_runs},
                 {"threads_train_runs", r.rates.threads_train_runs}};
   j["ratios"] = {{"pipeline_vs_one_thread", r.ratios.pipeline_vs_one_thread},
@@ -115,7 +122,8 @@ std::string to_json(const BenchReport& r) {
                  {"simulated_vs_measured", r.ratios.simulated_vs_measured},
                  {"processes_vs_threads", r.ratios.processes_vs_threads},
                  {"side_by_side_vs_one_thread", r.ratios.side_by_side_vs_one_thread},
-                 {"pipeline_vs_side_by_side", r.ratios.pipeline_vs_side_by_side}};
+                 {"pipeline_vs_side_by_side", r.ratios.pipeline_vs_side_by_side},
+                 {"pipeline_vs_skip_free_cut", r.ratios.pipeline_vs_skip_free_cut}};
   auto& targets = j["targets"] = nlohmann::json::array();
   for (const auto& t : r.targets) {
     targets.push_back({{"name", t.name},

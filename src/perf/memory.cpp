@@ -243,8 +243,15 @@ MemoryReport memory_report(const MemoryOptions& o) {
   p.repeats = 1;
   p.memory_format = memory_format(o);
   r.layout = to_string(resolved_layout(o.training.pipeline().layout(), o.training.run().model()));
-  const auto costs = sim::partition_costs(partition::profile_model(model, p), plan);
-  const auto stats = schedule::analyze(schedule::make_schedule(schedule::ScheduleKind::kStale, K, 0, 4 * K + 4));
+  const auto profile = partition::profile_model(model, p);
+  const auto costs = sim::partition_costs(profile, plan);
+  const auto stale = schedule::make_schedule(schedule::ScheduleKind::kStale, K, 0, 4 * K + 4);
+  const auto stats = schedule::analyze(stale);
+  for (const auto& skip : plan.skips) {
+    int64_t bytes = 0;
+    for (const auto& unit : profile.units) bytes += unit.stash_bytes.count(skip.name) ? unit.stash_bytes.at(skip.name) : 0;
+    r.skips.push_back({skip.name, skip.from, skip.to, bytes, schedule::max_skip_in_flight(stale, skip.from, skip.to)});
+  }
   std::vector<int> in_flight;
   for (const auto& w : stats.workers) in_flight.push_back(w.max_in_flight);
   r.predicted = predict_memory(costs.activation_bytes, costs.parameter_bytes, in_flight,
@@ -302,6 +309,11 @@ std::string format_memory_report(const MemoryReport& r) {
                   mb(p.stash_bytes));
     s += line;
   }
+  if (!r.skips.empty()) s += "skip tensors crossing registers (in act/batch of the partition that pops them):\n";
+  for (const auto& skip : r.skips) {
+    s += c10::str("  ", skip.name, ": partition ", skip.from + 1, " -> ", skip.to + 1, ", ", mb(skip.bytes),
+                  " MB per mini-batch, held for ", skip.held, " mini-batches\n");
+  }
   s += c10::str("\nTable 9 (4-stage increase over non-pipelined = weights + one mini-batch's activations):\n");
   char summary[768];
   std::snprintf(summary, sizeof(summary),
@@ -352,6 +364,11 @@ std::string to_json(const MemoryReport& r) {
   j["stale_peak_bytes"] = r.measured_stale_bytes;
   j["recompute_layer"] = r.recompute_layer;
   j["recompute_peak_bytes"] = r.measured_recompute_bytes;
+  auto& skips = j["skips"] = nlohmann::json::array();
+  for (const auto& skip : r.skips) {
+    skips.push_back({{"name", skip.name}, {"from", skip.from + 1}, {"to", skip.to + 1}, {"bytes", skip.bytes},
+                     {"held", skip.held}});
+  }
   auto& parts = j["partitions"] = nlohmann::json::array();
   for (const auto& p : t.partitions) {
     parts.push_back({{"max_in_flight", p.max_in_flight},

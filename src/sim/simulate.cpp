@@ -17,15 +17,29 @@ T at_or(const std::vector<T>& v, size_t i, T fallback) {
   return i < v.size() ? v[i] : fallback;
 }
 
+// Per partition, the bytes of the skip tensors it receives (per mini-batch).
+std::vector<int64_t> skip_bytes_in(const partition::Profile& profile, const partition::Plan& plan) {
+  std::vector<int64_t> bytes(plan.unit_ranges.size(), 0);
+  for (const auto& skip : plan.skips) {
+    for (const auto& unit : profile.units) {
+      const auto it = unit.stash_bytes.find(skip.name);
+      if (it != unit.stash_bytes.end()) bytes[skip.to] += it->second;
+    }
+  }
+  return bytes;
+}
+
 }  // namespace
 
 PartitionCosts partition_costs(const partition::Profile& profile, const partition::Plan& plan) {
   PartitionCosts costs;
+  const std::vector<int64_t> skips_in = skip_bytes_in(profile, plan);
   for (const auto& [first, last] : plan.unit_ranges) {
     SP_CHECK_ARG(last <= profile.units.size(), "profile of ", profile.model, " has ",
                  profile.units.size(), " units; the pipeline needs ", last);
     double f = 0, b = 0;
-    int64_t kept = first == 0 ? profile.input_bytes : profile.units[first - 1].output_bytes;
+    const size_t k = costs.forward_seconds.size();
+    int64_t kept = (first == 0 ? profile.input_bytes : profile.units[first - 1].output_bytes) + skips_in[k];
     int64_t params = 0, recomputed = 0;
     for (size_t u = first; u < last; ++u) {
       const auto& unit = profile.units[u];
@@ -42,7 +56,8 @@ PartitionCosts partition_costs(const partition::Profile& profile, const partitio
     costs.activation_bytes.push_back(kept);
     costs.parameter_bytes.push_back(params);
     costs.recomputed_bytes.push_back(recomputed);
-    costs.output_bytes.push_back(last > first ? profile.units[last - 1].output_bytes : kept);
+    costs.output_bytes.push_back((last > first ? profile.units[last - 1].output_bytes : kept) +
+                                 (k + 1 < skips_in.size() ? skips_in[k + 1] : 0));
   }
   return costs;
 }

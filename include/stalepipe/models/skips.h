@@ -52,6 +52,10 @@ torch::Tensor forward_unit(torch::nn::AnyModule& module, const std::string& unit
 //    must go forward".
 void check_skips(const std::string& model, const std::vector<Unit>& units);
 
+// Whether a skip tensor is stashed by unit u or before it and popped after it: a register
+// after unit u would have it cross.
+bool skip_live_after(const std::vector<Unit>& units, size_t u);
+
 // Runs units [first, last) on x with `table`, as a partition does.
 torch::Tensor forward_units(const std::vector<Unit>& units, size_t first, size_t last, torch::Tensor x,
                             SkipTable& table);

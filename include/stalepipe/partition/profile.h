@@ -26,6 +26,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -49,6 +50,8 @@ struct UnitProfile {
   int64_t kept_bytes = 0;    // per mini-batch, >= output_bytes
   int64_t parameter_bytes = 0;
   double forward_mflops = 0;  // per sample (models::describe_units)
+  // Per mini-batch: each skip tensor the unit stashes (models/skips.h), by name.
+  std::map<std::string, int64_t> stash_bytes;
 
   // A recomputed unit runs its forward once more, just before its backward.
   double backward_ms_with(bool recomputed) const { return backward_ms + (recomputed ? forward_ms : 0.0); }

@@ -98,6 +98,9 @@ struct BenchRates {
   double processes = 0;       // `train --executor processes` on K ranks (bench --processes)
   double threads_train = 0;   // the same `train` run with the threads executor
   double side_by_side = 0;    // K independent non-pipelined runs at once, summed
+  // The stale pipeline at the best cut that no skip tensor crosses (a ResNet's block
+  // boundaries), measured where the chosen cut has a skip tensor cross a register.
+  double skip_free_cut = 0;
   // Each of the alternated runs behind the two rates above (their medians).
   std::vector<double> processes_runs, threads_train_runs;
 };
@@ -112,6 +115,7 @@ struct BenchRatios {
   // Not targets: how far the hardware lets K workers go, and how much of it the pipeline uses.
   double side_by_side_vs_one_thread = 0;
   double pipeline_vs_side_by_side = 0;
+  double pipeline_vs_skip_free_cut = 0;  // the chosen cut against the best skip-free one
 };
 
 // Ratios of measured rates; a ratio whose denominator or numerator is 0 is 0.
@@ -135,6 +139,9 @@ double steady_images_per_second(const std::vector<double>& completion_seconds, i
 struct BenchReport {
   BenchOptions options;
   std::string ppv;              // the PPV measured, "7"
+  // The best cut by the profile among those no skip tensor crosses, where `ppv` has one
+  // crossing ("" otherwise): ResNet-56's best cut between blocks beside one inside a block.
+  std::string skip_free_ppv;
   std::string layout;           // the layout measured, "nchw" or "channels-last"
   int partitions = 0;
   int threads = 0;              // cores used in all

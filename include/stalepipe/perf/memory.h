@@ -96,6 +96,16 @@ struct MemoryReport {
   int recompute_layer = 0;
   int64_t measured_stale_bytes = 0;
   int64_t measured_recompute_bytes = 0;
+  // The skip tensors that cross a register (docs/design.md, "Skip tensors"), each counted in
+  // its consumer's activations: its bytes per mini-batch (profiled) and the most mini-batches
+  // of it alive at once in the stale schedule (schedule::max_skip_in_flight).
+  struct Skip {
+    std::string name;
+    int from = 0, to = 0;  // partitions, 0-based
+    int64_t bytes = 0;
+    int held = 0;
+  };
+  std::vector<Skip> skips;
 };
 
 // Peak bytes of each partition of model/ppv running its worker's ops of the stale schedule

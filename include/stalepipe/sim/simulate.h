@@ -46,14 +46,17 @@ struct PartitionCosts {
   // Of activation_bytes, what recomputation keeps for one mini-batch only (perf/memory.h R_k);
   // may be empty.
   std::vector<int64_t> recomputed_bytes;
-  // The partition's output per mini-batch: what the register after it carries forward, and
-  // the size of the gradient it gets back. May be empty: messages then cost the latency only.
+  // Per mini-batch, what the link after partition k carries forward (and its gradient back):
+  // the partition's output and the skip tensors that partition k+1 pops (a skip from further
+  // back is charged to the link into its consumer). May be empty: messages then cost the
+  // latency only.
   std::vector<int64_t> output_bytes;
 };
 
 // From a profile and a plan of the same model: sums of the units' forward and backward
 // medians (a unit the plan recomputes adds its forward to the backward); activations = the
-// partition's input (held by its graph / pipeline register) + the units' kept bytes; of
+// partition's inputs (the register and the skip tensors it receives, held by its graph) + the
+// units' kept bytes; of
 // those, the recomputed units' kept bytes less the last one's output; parameter bytes; the
 // output bytes of the partition's last unit. Throws
 // UsageError if the profile does not match the plan.

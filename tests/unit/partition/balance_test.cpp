@@ -8,9 +8,11 @@
 #include <gtest/gtest.h>
 
 #include "stalepipe/common/error.h"
+#include "stalepipe/models/skips.h"
 #include "stalepipe/models/zoo.h"
 #include "stalepipe/partition/balance.h"
 #include "stalepipe/partition/plan.h"
+#include "stalepipe/partition/profile.h"
 
 namespace stalepipe::partition {
 namespace {
@@ -69,6 +71,30 @@ TEST(Balance, EqualCostsOnResnet20SplitInTheMiddle) {
   // 1 each and K = 2 the best split is 10 + 10: after layer 10, inside block2_2.
   const auto model = model_named("resnet20");
   EXPECT_EQ(balance(model, std::vector<double>(20, 1.0), 2), std::vector<int>({10}));
+}
+
+// A profile in which every unit of resnet20 takes 1 ms: the balanced cut of 2 partitions lies
+// inside a block (after layer 10, block2_2's first convolution) and beats the best cut between
+// blocks, whose slower partition takes 11 ms against 10.
+TEST(Balance, APicksACutInsideABlockWhereTheProfileSaysItBalancesBetter) {
+  auto model = model_named("resnet20");
+  Profile profile;
+  profile.model = "resnet20";
+  for (size_t u = 0; u < model.units.size(); ++u) {
+    UnitProfile row;
+    row.index = static_cast<int>(u);
+    row.name = model.units[u].name;
+    row.weight_layers = model.units[u].weight_layers;
+    row.forward_ms = 0.25;
+    row.backward_ms = 0.75;
+    profile.units.push_back(row);
+  }
+  const auto cost = unit_costs(model, Balance::kTime, &profile);
+  const auto ppv = balance(model, cost, 2);
+  EXPECT_EQ(ppv, std::vector<int>({10}));
+  EXPECT_TRUE(models::skip_live_after(model.units, static_cast<size_t>(model.unit_ending_at_layer(10))));
+  EXPECT_DOUBLE_EQ(max_partition_cost(model, cost, ppv), 10.0);
+  for (const int between_blocks : {9, 11}) EXPECT_DOUBLE_EQ(max_partition_cost(model, cost, {between_blocks}), 11.0);
 }
 
 TEST(Balance, TooManyPartitionsIsAUsageError) {

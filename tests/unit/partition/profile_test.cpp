@@ -56,6 +56,19 @@ TEST(Profile, Lenet5Batch8) {
   EXPECT_THROW(from_json("{}", "x.json"), RuntimeError);
 }
 
+// Each unit's stashed skip tensors, by name: the U-Net's first encoder keeps its 16x32x32 map.
+TEST(Profile, RecordsTheSkipTensorsEachUnitStashes) {
+  torch::manual_seed(0);
+  auto model = models::make_model("unet", {1, 32, 32, 4});
+  const Profile p = profile_model(model, quick(4, 0, 1));
+  EXPECT_EQ(p.units[0].stash_bytes.at("enc1"), 4 * 16 * 32 * 32 * 4);
+  EXPECT_EQ(p.units[1].stash_bytes.at("enc2"), 4 * 32 * 16 * 16 * 4);
+  EXPECT_TRUE(p.units[2].stash_bytes.empty());
+  const Profile back = from_json(to_json(p), "test");
+  EXPECT_EQ(back.units[0].stash_bytes, p.units[0].stash_bytes);
+  EXPECT_TRUE(back.units[2].stash_bytes.empty());
+}
+
 TEST(Profile, PartitionsTimedAsBlocksMatchTheSumOfTheirUnits) {
   // The simulator's compute model (a partition costs the sum of its units' medians) against
   // each partition of ResNet-20 cut at PPV 7 timed as one block, on this CPU. Partition 1

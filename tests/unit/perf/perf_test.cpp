@@ -169,6 +169,27 @@ TEST(Memory, TheReportMeasuresTheLayoutTrainRunsAndThePeakRatio) {
   EXPECT_EQ(nchw.predicted.weight_mb, auto_layout.predicted.weight_mb);
 }
 
+// ResNet-8 cut inside its second block (after layer 4): the block's input, 16x32x32 floats per
+// sample, goes to partition 2 and is held there with the register's activation.
+TEST(Memory, TheReportCountsSkipTensorsWithThePartitionThatPopsThem) {
+  MemoryOptions o;
+  o.training.run().model("resnet8");
+  o.training.pipeline().ppv({4});
+  o.training.data().batch_size(8);
+  const auto r = memory_report(o);
+  ASSERT_EQ(r.skips.size(), 1u);
+  EXPECT_EQ(r.skips[0].name, "block2_1");
+  EXPECT_EQ(r.skips[0].from, 0);
+  EXPECT_EQ(r.skips[0].to, 1);
+  EXPECT_EQ(r.skips[0].bytes, 8 * 16 * 32 * 32 * 4);
+  EXPECT_EQ(r.skips[0].held, 2);  // from partition 1's forward of t to partition 2's backward of t
+  // The register (32x16x16 after block2_1's first, strided convolution) and the skip.
+  EXPECT_GE(r.predicted.partitions[1].activation_bytes, 8 * 32 * 16 * 16 * 4 + r.skips[0].bytes);
+  EXPECT_NE(format_memory_report(r).find("block2_1: partition 1 -> 2, 0.524288 MB per mini-batch, held for 2"),
+            std::string::npos)
+      << format_memory_report(r);
+}
+
 // ResNet-8 cut after its first block (layer 3), two mini-batches in flight in partition 1.
 MemoryOptions resnet8_cut_after_its_first_block(int64_t batch_size) {
   MemoryOptions o;

@@ -137,5 +137,28 @@ TEST(PartitionCosts, RecomputedUnitsRunTheirForwardAgainAndKeepOneMiniBatch) {
   EXPECT_EQ(partition_costs(profile, plan).recomputed_bytes, (std::vector<int64_t>{100 - 10, 0}));
 }
 
+// A skip tensor is held by its consumer with the register's activation, and travels over the
+// link into its consumer: four units, partitions {1}, {2}, {3, 4}; unit 1 stashes "a" (64
+// bytes) for partition 3 and unit 2 stashes "b" (32 bytes) for partition 3 as well.
+TEST(PartitionCosts, SkipTensorsAreHeldByTheirConsumerAndCrossTheLinkIntoIt) {
+  partition::Profile profile;
+  profile.input_bytes = 5;
+  for (int u = 0; u < 4; ++u) {
+    partition::UnitProfile unit;
+    unit.index = u;
+    unit.kept_bytes = 100;
+    unit.output_bytes = 10;
+    profile.units.push_back(unit);
+  }
+  profile.units[0].stash_bytes["a"] = 64;
+  profile.units[1].stash_bytes["b"] = 32;
+  partition::Plan plan;
+  plan.unit_ranges = {{0, 1}, {1, 2}, {2, 4}};
+  plan.skips = {{"a", 0, 2}, {"b", 1, 2}};
+  const auto costs = partition_costs(profile, plan);
+  EXPECT_EQ(costs.activation_bytes, (std::vector<int64_t>{5 + 100, 10 + 100, 10 + 64 + 32 + 200}));
+  EXPECT_EQ(costs.output_bytes, (std::vector<int64_t>{10, 10 + 64 + 32, 10}));
+}
+
 }  // namespace
 }  // namespace stalepipe::sim
