@@ -195,7 +195,7 @@ std::vector<int> predict(BenchReport& report, models::Model& model, const BenchO
   report.rates.simulated =
       sim::simulate(schedule::make_schedule(schedule::ScheduleKind::kStale, K, 0, o.steps()), costs, so)
           .steady_images_per_second;
-  if (!cut.plan.skips.empty()) {
+  if (model.has_skips()) {
     // The same profile's costs, with the registers that a skip would cross ruled out.
     models::Model skip_free = model;  // shares the modules; only cut_after differs
     for (size_t u = 0; u < skip_free.units.size(); ++u) {
@@ -247,7 +247,7 @@ std::vector<Config> bench_configs(const Setup& setup, const std::vector<int>& pp
   }
   configs.push_back({"pipeline", c10::str("stale pipeline, threads executor, ", K, " x ", per_worker, " thread(s)"),
                      [&setup, ppv, per_worker] { return measure(setup, ppv, ScheduleKind::kStale, "threads", per_worker); }});
-  if (!setup.skip_free_ppv.empty()) {
+  if (!setup.skip_free_ppv.empty() && setup.skip_free_ppv != partition::format_ppv(ppv)) {
     const auto other = partition::parse_ppv(setup.skip_free_ppv);
     configs.push_back({"skip_free_cut", c10::str("stale pipeline at ", setup.skip_free_ppv, " (no skip crosses), threads"),
                        [&setup, other, per_worker] { return measure(setup, other, ScheduleKind::kStale, "threads", per_worker); }});

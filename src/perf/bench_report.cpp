@@ -68,6 +68,8 @@ std::string format_bench_report(const BenchReport& r) {
     s += c10::str("\ncut: ", r.ppv, " (a skip tensor crosses a register) runs at ",
                   std::round(1000 * r.ratios.pipeline_vs_skip_free_cut) / 1000, "x the best cut no skip crosses, ",
                   r.skip_free_ppv, "\n");
+  } else if (!r.skip_free_ppv.empty() && r.skip_free_ppv == r.ppv) {
+    s += c10::str("\ncut: ", r.ppv, " has no skip tensor cross a register; it is also the best such cut\n");
   }
   s += c10::str("\ncheck: pipeline and emulated weights ",
                 r.executors_agree ? "bit-identical" : "DIFFER (bug)", "\n\ntargets:\n");

@@ -34,6 +34,17 @@ exec::Input input_at(const data::Loader& loader, int64_t step) {
 
 }  // namespace
 
+RunSpec small_resnet20(std::vector<int> ppv) {
+  RunSpec spec;
+  spec.model = "resnet20";
+  spec.ppv = std::move(ppv);
+  spec.steps = 8;
+  spec.batch_size = 4;
+  spec.train_size = 24;
+  spec.buffers = true;
+  return spec;
+}
+
 data::Loader synthetic_loader(int64_t train_size, int64_t batch_size, uint64_t seed) {
   const auto split = data::make_synthetic(data::SyntheticOptions().train_size(train_size).test_size(16).seed(seed));
   return data::Loader(split.train, data::LoaderOptions()

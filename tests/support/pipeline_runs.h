@@ -40,6 +40,10 @@ struct RunSpec {
   bool channels_last = false;  // weights, activations and registers in NHWC (run_pipeline only)
 };
 
+// ResNet-20 cut at `ppv`, 8 steps of batch 4 from 24 samples, buffers (batch-norm running
+// statistics) returned too: small enough for unit tests of what a cut may change.
+RunSpec small_resnet20(std::vector<int> ppv);
+
 // A loader over seeded synthetic 28x28 data, padded to 32x32 and normalised.
 data::Loader synthetic_loader(int64_t train_size, int64_t batch_size, uint64_t seed);
 

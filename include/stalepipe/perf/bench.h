@@ -139,8 +139,9 @@ double steady_images_per_second(const std::vector<double>& completion_seconds, i
 struct BenchReport {
   BenchOptions options;
   std::string ppv;              // the PPV measured, "7"
-  // The best cut by the profile among those no skip tensor crosses, where `ppv` has one
-  // crossing ("" otherwise): ResNet-56's best cut between blocks beside one inside a block.
+  // The best cut by the profile among those no skip tensor crosses (a ResNet's block
+  // boundaries), for a model with skip tensors ("" otherwise); measured beside `ppv` where
+  // they differ.
   std::string skip_free_ppv;
   std::string layout;           // the layout measured, "nchw" or "channels-last"
   int partitions = 0;

@@ -7,15 +7,15 @@
 #include <torch/nn/modules/linear.h>
 
 #include "stalepipe/exec/executor.h"
+#include "support/scalar_pipeline.h"
 
 namespace stalepipe::exec {
 namespace {
 
-constexpr double kLr = 0.1;
-const double kInitial[3] = {0.9, -1.1, 0.7};
-
-double input_of(int64_t t) { return 1.0 + 0.25 * static_cast<double>(t % 3); }
-double target_of(int64_t t) { return 0.5 - 0.3 * static_cast<double>(t % 2); }
+using test::scalar::input_of;
+using test::scalar::kInitial;
+using test::scalar::kLr;
+using test::scalar::target_of;
 
 // What the hand rule applies besides plain PPL-SGD.
 struct Rule {

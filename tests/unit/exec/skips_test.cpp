@@ -7,30 +7,17 @@
 
 #include "stalepipe/exec/executor.h"
 #include "support/pipeline_runs.h"
+#include "support/scalar_pipeline.h"
 
 namespace stalepipe::test {
 namespace {
 
-RunSpec resnet20(std::vector<int> ppv) {
-  RunSpec spec;
-  spec.model = "resnet20";
-  spec.ppv = std::move(ppv);
-  spec.steps = 6;
-  spec.batch_size = 4;
-  spec.train_size = 24;
-  spec.buffers = true;
-  return spec;
-}
+RunSpec resnet20(std::vector<int> ppv) { return small_resnet20(std::move(ppv)); }
 
 RunSpec unet(std::vector<int> ppv) {
-  RunSpec spec;
+  RunSpec spec = small_resnet20(std::move(ppv));
   spec.model = "unet";
   spec.data = "synthetic-masks";
-  spec.ppv = std::move(ppv);
-  spec.steps = 8;
-  spec.batch_size = 4;
-  spec.train_size = 24;
-  spec.buffers = true;
   return spec;
 }
 
@@ -99,10 +86,10 @@ namespace {
 
 // By hand: three scalar partitions with a skip from the first to the third,
 //   h1 = w1 x (stashed as s), h2 = w2 h1, y = w3 (h2 + s), loss 0.5 (y - target)^2, plain SGD.
-constexpr double kLr = 0.1;
-const double kInitial[3] = {0.9, -1.1, 0.7};
-double input_of(int64_t t) { return 1.0 + 0.25 * static_cast<double>(t % 3); }
-double target_of(int64_t t) { return 0.5 - 0.3 * static_cast<double>(t % 2); }
+using test::scalar::input_of;
+using test::scalar::kInitial;
+using test::scalar::kLr;
+using test::scalar::target_of;
 
 struct HandRun {
   std::vector<double> weights;
