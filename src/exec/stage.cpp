@@ -139,7 +139,7 @@ torch::Tensor Stage::run_units(size_t first, size_t last, torch::Tensor x, model
   if (first < last && writes_input_[first]) x = x.clone();
   for (size_t u = first; u < last; ++u) {
     torch::nn::AnyModule& unit = *(module_->begin() + static_cast<std::ptrdiff_t>(u));
-    x = skips_[u].empty() ? unit.forward(x) : models::forward_unit(unit, unit_names_[u], skips_[u], x, table);
+    x = models::forward_unit(unit, unit_names_[u], skips_[u], std::move(x), table);
   }
   return x;
 }

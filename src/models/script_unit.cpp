@@ -105,12 +105,34 @@ std::shared_ptr<torch::jit::Graph> inlined_forward(const torch::jit::Module& mod
   return graph;
 }
 
+}  // namespace
+
 std::string flat_name(std::string name) {
   std::replace(name.begin(), name.end(), '.', '_');
   return name;
 }
 
-}  // namespace
+double profiled_flops(const std::function<void()>& run) {
+  torch::NoGradGuard no_grad;
+  profiler::enableProfilerLegacy(profiler::ProfilerConfig(profiler::ProfilerState::CPU,
+                                                          /*report_input_shapes=*/true,
+                                                          /*profile_memory=*/false,
+                                                          /*with_stack=*/false,
+                                                          /*with_flops=*/true));
+  try {
+    run();
+  } catch (...) {
+    profiler::disableProfilerLegacy();
+    throw;
+  }
+  double flops = 0;
+  for (auto& events : profiler::disableProfilerLegacy()) {
+    for (auto& event : events) {
+      if (counted_op(event.name())) flops += static_cast<double>(event.flops());
+    }
+  }
+  return flops;
+}
 
 std::string script_error_cause(const std::exception& e) {
   const auto* error = dynamic_cast<const c10::Error*>(&e);
@@ -170,29 +192,13 @@ double ScriptUnitImpl::forward_flops(const std::vector<int64_t>& input_shape) co
   auto options = torch::TensorOptions(torch::kFloat);
   const auto params = parameters();
   if (!params.empty()) options = options.dtype(params.front().dtype()).device(params.front().device());
-  torch::NoGradGuard no_grad;
-  profiler::enableProfilerLegacy(profiler::ProfilerConfig(profiler::ProfilerState::CPU,
-                                                          /*report_input_shapes=*/true,
-                                                          /*profile_memory=*/false,
-                                                          /*with_stack=*/false,
-                                                          /*with_flops=*/true));
-  try {
-    script_.forward({torch::zeros(sizes, options)});
-  } catch (...) {
-    profiler::disableProfilerLegacy();
-    throw;
-  }
-  double flops = 0;
-  for (auto& events : profiler::disableProfilerLegacy()) {
-    for (auto& event : events) {
-      if (counted_op(event.name())) flops += static_cast<double>(event.flops());
-    }
-  }
-  return flops;
+  return profiled_flops([&] { script_.forward({torch::zeros(sizes, options)}); });
 }
 
-std::string script_type_name(const torch::jit::Module& module) {
-  const auto name = module.type()->name();
+std::string script_type_name(const torch::jit::Module& module) { return script_type_name(*module.type()); }
+
+std::string script_type_name(const c10::ClassType& type) {
+  const auto name = type.name();
   if (!name) return "?";
   std::string text;
   for (const std::string& atom : name->atoms()) {

@@ -1,6 +1,7 @@
 #include "stalepipe/models/torchscript.h"
 
 #include <filesystem>
+#include <set>
 #include <utility>
 #include <vector>
 
@@ -173,9 +174,9 @@ class EvalScope {
   std::vector<bool> unit_flags_;
 };
 
-// The units run in order must compute what the module's own forward computes, or training
-// them would train something else than what save_torchscript writes.
-void check_forward_is_chain(const torch::jit::Module& script, const Model& model, const std::string& path) {
+// The units must compute what the module's own forward computes, or training them would train
+// something else than what save_torchscript writes.
+void check_units_compute_forward(const torch::jit::Module& script, const Model& model, const std::string& path) {
   torch::NoGradGuard no_grad;
   EvalScope eval(script, &model);
   const InputShape& in = model.input;
@@ -190,23 +191,72 @@ void check_forward_is_chain(const torch::jit::Module& script, const Model& model
   }
   const torch::Tensor units = model.forward(x);
   SP_CHECK_ARG(own.sizes() == units.sizes() && torch::allclose(own, units, 1e-5, 1e-6), path,
-               ": the module's forward is not its children run in order (its output differs "
-               "from theirs); stalepipe trains the children as units, so write the network as "
-               "a torch.nn.Sequential, with torch.nn.Flatten where the forward flattened");
+               ": the units stalepipe made of the module compute another output than its own forward "
+               "(a forward that depends on state the units do not see); write the network as a "
+               "torch.nn.Sequential, or as modules whose forward uses only its input and their layers");
 }
 
-}  // namespace
+// Whether the module's own forward (not inlined) calls each of its children once, in order, each
+// on the previous one's output, and returns the last one's: then each child is a unit.
+bool forward_is_children_in_order(const torch::jit::Module& script) {
+  const auto graph = script.get_method("forward").graph();
+  if (graph->inputs().size() != 2) return false;
+  std::vector<std::string> children;
+  for (const auto& child : script.named_children()) children.push_back(child.name);
+  size_t next = 0;
+  torch::jit::Value* current = graph->inputs()[1];
+  for (torch::jit::Node* node : graph->nodes()) {
+    if (node->kind() == c10::prim::Constant) continue;
+    if (node->kind() == c10::prim::GetAttr && node->input(0) == graph->inputs()[0]) continue;
+    const bool call = node->kind() == c10::prim::CallMethod && node->s(c10::attr::name) == "forward" &&
+                      node->inputs().size() == 2 && node->input(1) == current && next < children.size() &&
+                      node->input(0)->node()->kind() == c10::prim::GetAttr &&
+                      node->input(0)->node()->input(0) == graph->inputs()[0] &&
+                      node->input(0)->node()->s(c10::attr::name) == children[next];
+    if (!call) return false;
+    current = node->output();
+    ++next;
+  }
+  return next == children.size() && graph->outputs().size() == 1 && graph->outputs()[0] == current;
+}
 
-Model load_torchscript(const std::string& path, const InputShape& input) {
-  torch::jit::Module script = read_script(path);
-  const auto children = script.named_children();
-  SP_CHECK_ARG(children.size() > 0, path,
-               ": the scripted module has no child modules; stalepipe makes one unit of each "
-               "top-level child, e.g. of each layer of a torch.nn.Sequential");
-  check_finite(script, path);
+// A module whose forward is not its children in order: its forward cut into pieces
+// (torchscript_impl.h, cut_script_forward).
+Model load_pieces(const torch::jit::Module& script, const std::string& path, const InputShape& input) {
+  if (const auto op = detail::random_op(script)) {
+    throw UsageError(c10::str(path, ": the forward calls ", op->name, ", which draws random numbers; stalepipe makes ",
+                              "dropout exact in a network whose forward runs its children in order (a "
+                              "torch.nn.Sequential), not in one it cuts into pieces"));
+  }
+  ModelBuilder builder(std::filesystem::path(path).stem().string(), input);
+  for (auto& piece : detail::cut_script_forward(script, path)) {
+    builder.add_any(piece.name, piece.module,
+                    UnitOptions().weight_layers(piece.weight_layers).pops(piece.skips.pops).stashes(piece.skips.stashes));
+  }
+  Model model;
+  try {
+    model = builder.build();
+  } catch (const UsageError& e) {
+    throw UsageError(c10::str(path, ": ", e.what()));
+  }
+  // Every parameter must belong to a unit, or training would leave it as it is.
+  std::set<const void*> trained;
+  for (const Unit& unit : model.units) {
+    for (const auto& p : unit.module.ptr()->parameters()) trained.insert(p.data_ptr());
+  }
+  for (const auto& p : script.named_parameters(/*recurse=*/true)) {
+    SP_CHECK_ARG(trained.count(p.value.data_ptr()), path, ": parameter ", p.name, " is read by the forward outside ",
+                 "a call of its layer (e.g. F.conv2d(x, self.weight)); stalepipe trains the parameters of the "
+                 "layers the forward calls");
+  }
+  return model;
+}
+
+// Each child a unit, a Sequential child unrolled.
+Model load_children(const torch::jit::Module& script, const std::string& path, const InputShape& input) {
   ModelBuilder builder(std::filesystem::path(path).stem().string(), input);
   Origin origin{path, 0};
-  for (const auto& child : children) {
+  for (const auto& child : script.named_children()) {
     ++origin.unit;
     builder.add_any(child.name, to_unit_module(child.value, child.name, origin),
                     UnitOptions().weight_layers(detail::count_script_weight_layers(child.value)));
@@ -218,7 +268,20 @@ Model load_torchscript(const std::string& path, const InputShape& input) {
     throw UsageError(c10::str(path, ": ", e.what()));
   }
   check_no_stock_dropout(model, path);
-  check_forward_is_chain(script, model, path);
+  return model;
+}
+
+}  // namespace
+
+Model load_torchscript(const std::string& path, const InputShape& input) {
+  torch::jit::Module script = read_script(path);
+  SP_CHECK_ARG(script.named_children().size() > 0, path,
+               ": the scripted module has no child modules; stalepipe makes one unit of each "
+               "top-level child, e.g. of each layer of a torch.nn.Sequential");
+  check_finite(script, path);
+  const bool chain = detail::is_torch_nn(script_type_name(script), "Sequential") || forward_is_children_in_order(script);
+  Model model = chain ? load_children(script, path, input) : load_pieces(script, path, input);
+  check_units_compute_forward(script, model, path);
   model.script = std::make_shared<torch::jit::Module>(script);
   return model;
 }

@@ -2,7 +2,10 @@
 // read from a scripted module's type and graph.
 #pragma once
 
+#include <functional>
+#include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -13,6 +16,7 @@
 
 #include "stalepipe/models/blocks.h"
 #include "stalepipe/models/dropout.h"
+#include "stalepipe/models/unit.h"
 
 namespace stalepipe::models::detail {
 
@@ -40,6 +44,60 @@ class ScriptUnitImpl : public torch::nn::Module, public FlopCounted {
 };
 TORCH_MODULE(ScriptUnit);
 
+// A piece of a scripted module's forward that is not its children in order, as a unit: the
+// forward's nodes between two weight layers as a graph of their own, run with the whole
+// scripted module as `self`: {main, popped...} -> {output, stashed...} (models/skips.h). Its
+// parameters and buffers are those of the layers it calls ('.' replaced by '_'), the scripted
+// module's own tensors; train() switches those layers only. An input it writes into is copied
+// first.
+class ScriptSegmentImpl : public torch::nn::Module, public FlopCounted {
+ public:
+  // called: the paths of the layers it calls; flags: of the modules whose training flag it reads.
+  ScriptSegmentImpl(torch::jit::Module script, std::shared_ptr<torch::jit::Graph> graph,
+                    const std::set<std::string>& called, const std::set<std::string>& flags, const std::string& name);
+  std::vector<torch::Tensor> forward(std::vector<torch::Tensor> inputs);
+  void train(bool on = true) override;
+  // As ScriptUnit counts them, with the other inputs shaped as the last forward's.
+  double forward_flops(const std::vector<int64_t>& input_shape) const override;
+
+ private:
+  torch::jit::Module script_;
+  std::shared_ptr<torch::jit::GraphFunction> function_;
+  std::vector<torch::jit::Module> modules_;  // the layers it calls
+  std::vector<torch::jit::Module> flagged_;  // modules whose training flag it reads
+  std::vector<size_t> written_;              // inputs its graph writes into
+  std::vector<std::vector<int64_t>> shapes_;  // of the last forward's inputs
+};
+TORCH_MODULE(ScriptSegment);
+
+// The same for a piece without skip tensors: forward Tensor(Tensor).
+class ScriptChainSegmentImpl : public ScriptSegmentImpl {
+ public:
+  using ScriptSegmentImpl::ScriptSegmentImpl;
+  torch::Tensor forward(torch::Tensor x) { return ScriptSegmentImpl::forward({std::move(x)}).front(); }
+};
+TORCH_MODULE(ScriptChainSegment);
+
+struct ScriptPiece {
+  std::string name;  // the first layer it calls, "layer1_0_conv2"
+  torch::nn::AnyModule module;
+  int weight_layers = 0;
+  Skips skips;
+};
+// Cuts the forward of `script` into units: every call of a module that holds modules (and of a
+// free function) is inlined into the forward; a unit starts at each call of a weight layer
+// (Conv*, ConvTranspose*, Linear, Bilinear) where the unit before hands it a tensor (else the
+// two are one unit); branches and loops stay inside one unit. Each tensor a unit reads from a
+// unit before the previous one, or besides the one it continues from, becomes a skip tensor.
+// Throws UsageError naming `file` and the node for a non-tensor value that would cross a
+// register, a forward that does not take and return one tensor, or a layer called by two units.
+std::vector<ScriptPiece> cut_script_forward(const torch::jit::Module& script, const std::string& file);
+
+// FLOPs of what `run` computes, as the autograd profiler counts them (as ScriptUnit's).
+double profiled_flops(const std::function<void()>& run);
+// "conv.weight" -> "conv_weight".
+std::string flat_name(std::string name);
+
 // Throws RuntimeError naming `path` and the record whose CRC-32 differs from the one the zip
 // directory records (LibTorch's reader does not check them).
 void check_record_crcs(const std::string& path);
@@ -51,6 +109,7 @@ std::string script_error_cause(const std::exception& error);
 // The module's class without "__torch__" and "___torch_mangle_N":
 // "torch.nn.modules.conv.Conv2d", "MyBlock"; "?" for a module without a class name.
 std::string script_type_name(const torch::jit::Module& module);
+std::string script_type_name(const c10::ClassType& type);
 // "torch.nn.modules.conv.Conv2d" -> "torch.nn.Conv2d" (how Python users write it).
 std::string display_type_name(const std::string& type);
 // Whether `type` is torch.nn's class `name` (e.g. "Sequential").
