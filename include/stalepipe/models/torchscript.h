@@ -10,11 +10,19 @@
 //   stalepipe::models::save_torchscript(trainer.model(), "trained.pt");  // torch.jit.load reads it
 //
 // What the file must hold: a scripted module (torch.jit.script, saved with torch.jit.save or
-// Module::save) whose top-level children, in order, are the units: a scripted
-// torch.nn.Sequential, or any scripted module whose forward runs its children one after the
-// other (checked: the module's forward and the chain of children must agree on a test input).
-// Each child takes one tensor and returns one tensor; the first takes [N, C, H, W] with the
-// InputShape given, the last returns logits [N, num_classes].
+// Module::save) whose forward takes [N, C, H, W] with the InputShape given and returns logits
+// [N, num_classes] (or [N, num_classes, H, W]). The units are
+//  - its top-level children, in order, where its forward runs them one after the other (a
+//    torch.nn.Sequential, or a module whose forward is its children in order): each child takes
+//    one tensor and returns one tensor;
+//  - otherwise (residual adds, concatenations, torch.flatten, blocks inside blocks: torchvision's
+//    ResNets, a U-Net) pieces of its forward: every call of a module that holds modules is
+//    inlined, and a unit starts at each call of a weight layer; every tensor a piece hands to a
+//    piece other than the next becomes a skip tensor (models/skips.h), so a register may sit
+//    inside a block. A branch or loop stays inside one unit. Units are named after their first
+//    weight layer ("layer1_0_conv2"); every Conv/ConvTranspose/Linear/Bilinear counts as a
+//    weight layer (a ResNet's 1x1 projections too).
+// Either way, the units' forward must equal the module's own on a test input (checked).
 //
 // How it trains: each child is wrapped in a torch::nn::Module that registers the child's
 // parameters and buffers (recursively; "conv.weight" is registered as "conv_weight") as its
@@ -33,7 +41,10 @@
 // normal, multinomial, ...) is refused at load time, naming the module that draws.
 //
 // Limits: tensors a scripted module holds as plain attributes (neither parameter nor buffer)
-// stay where they are; a child must not modify its input in place (unit.h).
+// stay where they are; a child must not modify its input in place (unit.h; a piece that does is
+// given a copy). A forward cut into pieces must not draw random numbers (no dropout), must not
+// read a parameter outside a call of its layer (F.conv2d(x, self.weight)), and must hand only
+// tensors across places where a register may go.
 //
 // Threading: load and save on one thread; the Model's units may then run forwards on
 // different threads concurrently, as any Model's.
@@ -49,7 +60,8 @@ namespace stalepipe::models {
 //  - UsageError when the file does not exist, was written by torch.save instead of
 //    torch.jit.save, holds no child modules, a child draws random numbers it cannot make
 //    exact, the units do not fit together or the input shape (ModelBuilder::build's checks,
-//    prefixed with `path`), or the module's own forward is not its children in order;
+//    prefixed with `path`), a forward cut into pieces breaks a limit above (naming the node or
+//    the parameter), or the units compute another output than the module's own forward;
 //  - RuntimeError when the file is not TorchScript PyTorch 1.13 can read (not a TorchScript
 //    archive, truncated, written by an incompatible PyTorch): one line naming `path`.
 Model load_torchscript(const std::string& path, const InputShape& input);

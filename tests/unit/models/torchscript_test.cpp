@@ -204,10 +204,20 @@ TEST(TorchScript, RefusesModulesItCannotTrainAsUnits) {
   EXPECT_NE(random.find("m.pt: unit 1 (0.drop, torch.nn.Dropout) calls aten::dropout, which draws random numbers "
                         "from PyTorch's global generator"),
             std::string::npos) << random;
-  // A forward that is not the children in order (here: it skips the ReLU).
-  const std::string chain = load(test::script_module("__torch__.Net", {{"flat", script_flatten()}, {"fc", script_linear(64, 3)}, {"act", script_relu()}},
-                                                     "\ndef forward(self, x):\n    return self.fc.forward(self.flat.forward(x))\n"));
-  EXPECT_NE(chain.find("m.pt: the module's forward is not its children run in order"), std::string::npos) << chain;
+}
+
+// A forward that is not its children in order (here: it skips the ReLU) is cut at its weight
+// layers instead (torchscript_dag_test.cpp): one unit, the flatten and the Linear.
+TEST(TorchScript, AForwardThatSkipsAChildIsCutIntoPieces) {
+  test::TempDir dir;
+  torch::manual_seed(1);
+  const auto net = test::script_module("__torch__.Net", {{"flat", script_flatten()}, {"fc", script_linear(64, 3)}, {"act", script_relu()}},
+                                       "\ndef forward(self, x):\n    return self.fc.forward(self.flat.forward(x))\n");
+  const auto model = models::load_torchscript(test::save_script(net, dir.file("m.pt")), kInput);
+  ASSERT_EQ(model.units.size(), 1u);
+  EXPECT_EQ(model.units[0].name, "fc");
+  const auto x = torch::randn({2, 1, 8, 8});
+  EXPECT_TRUE(torch::equal(model.forward(x), torch::jit::Module(*model.script).forward({x}).toTensor()));
 }
 
 TEST(TorchScript, FilesThatLoadButCannotBeTrainedSayWhy) {
