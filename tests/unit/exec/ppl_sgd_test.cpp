@@ -119,16 +119,8 @@ std::vector<double> by_engine(const schedule::Schedule& s, const std::string& ex
     stages.push_back(std::make_unique<Stage>(k, 3, seq, torch::kCPU, sgd, Objective{Loss(squared, "squared")}));
     ptrs.push_back(stages.back().get());
   }
-  SegmentContext context;
-  context.input = [](int64_t t) {
-    return Input{torch::full({1, 1}, input_of(t), torch::kDouble),
-                 torch::full({1, 1}, target_of(t), torch::kDouble)};
-  };
-  context.lr = [](int64_t) { return kLr; };
-  make_executor(executor_from_name(executor))->run(s, ptrs, context);
-  std::vector<double> w;
-  for (auto* stage : ptrs) w.push_back(stage->module()->parameters()[0].item<double>());
-  return w;
+  make_executor(executor_from_name(executor))->run(s, ptrs, test::scalar::context());
+  return test::scalar::scalar_weights(ptrs);
 }
 
 TEST(PplSgd, EngineMatchesTheUpdateRuleComputedByHand) {

@@ -176,15 +176,8 @@ std::vector<double> by_engine(const schedule::Schedule& s, const std::string& ex
   }
   EXPECT_EQ(ptrs[0]->skip_outputs(), (std::vector<std::string>{"s"}));
   EXPECT_EQ(ptrs[2]->skip_inputs(), (std::vector<std::string>{"s"}));
-  SegmentContext context;
-  context.input = [](int64_t t) {
-    return Input{torch::full({1, 1}, input_of(t), torch::kDouble), torch::full({1, 1}, target_of(t), torch::kDouble)};
-  };
-  context.lr = [](int64_t) { return kLr; };
-  make_executor(executor_from_name(executor))->run(s, ptrs, context);
-  std::vector<double> w;
-  for (auto* stage : ptrs) w.push_back(stage->module()->parameters()[0].item<double>());
-  return w;
+  make_executor(executor_from_name(executor))->run(s, ptrs, test::scalar::context());
+  return test::scalar::scalar_weights(ptrs);
 }
 
 TEST(SkipSemantics, AThreePartitionSkipUsesTheWeightVersionsTheScheduleImplies) {
