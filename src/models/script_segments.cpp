@@ -254,9 +254,11 @@ std::shared_ptr<Graph> piece_graph(Graph& whole, const Piece& piece, std::set<st
   auto graph = std::make_shared<Graph>();
   std::map<Value*, Value*> map;
   Value* self = whole.inputs()[0];
-  map[self] = graph->addInput("self")->setType(self->type());
-  map[piece.main_in] = graph->addInput("x")->setType(c10::TensorType::get());
-  for (const auto& [name, v] : piece.pops) map[v] = graph->addInput(name)->setType(c10::TensorType::get());
+  // copyMetadata, not setType: an inline setType asks UBSan's vptr check for a typeinfo that
+  // LibTorch does not export. Inputs are tensors unless typed otherwise.
+  map[self] = graph->addInput()->copyMetadata(self);
+  map[piece.main_in] = graph->addInput("x");
+  for (const auto& [name, v] : piece.pops) map[v] = graph->addInput(name);
   std::function<Value*(Value*)> value_of = [&](Value* v) -> Value* {
     if (const auto it = map.find(v); it != map.end()) return it->second;
     Node* copy = graph->insertNode(graph->createClone(v->node(), value_of));  // a recomputable value
