@@ -1,7 +1,8 @@
 // The building blocks the zoo's units are made of. Each block is one unit's module.
 //
 // Every block:
-//  - has forward: Tensor(Tensor) and never modifies its input in place (activations run in
+//  - has forward: Tensor(Tensor) (a residual block's halves: std::vector<Tensor>(std::vector<
+//    Tensor>), as units with skip tensors have) and never modifies its inputs in place (activations run in
 //    place only on the block's own intermediate tensors);
 //  - uses no randomness in forward (no dropout), so results do not depend on the thread;
 //  - is Cloneable and serialisable (torch::save/load) like any LibTorch module;

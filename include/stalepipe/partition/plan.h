@@ -4,7 +4,9 @@
 // PPV"); a pipeline register goes right after each. K-1 registers give K partitions, each a
 // contiguous range of the model's units, numbered 1..K from the input (0..K-1 in code).
 // A register may only follow a unit whose last weight layer it names and that allows a cut
-// (in a ResNet: only between residual blocks).
+// (in a ResNet: between residual blocks or inside one, after its first convolution). Skip
+// tensors (models/skips.h) that a register falls between go straight from the partition that
+// stashes them to the one that pops them (Plan::skips).
 #pragma once
 
 #include <cstdint>
