@@ -2,8 +2,8 @@
 //
 // Every block:
 //  - has forward: Tensor(Tensor) (a residual block's halves: std::vector<Tensor>(std::vector<
-//    Tensor>), as units with skip tensors have) and never modifies its inputs in place (activations run in
-//    place only on the block's own intermediate tensors);
+//    Tensor>), as units with skip tensors have) and never modifies its inputs in place
+//    (activations run in place only on the block's own intermediate tensors);
 //  - uses no randomness in forward (no dropout), so results do not depend on the thread;
 //  - is Cloneable and serialisable (torch::save/load) like any LibTorch module;
 //  - counts its own forward FLOPs (FlopCounted) so that the layer table can report them without
