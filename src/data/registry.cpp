@@ -30,6 +30,11 @@ int64_t parse_count(const std::string& spec, const std::string& text) {
   return n;
 }
 
+// The data sets generated here, which take an optional sample count instead of a directory.
+bool is_synthetic(const std::string& name) {
+  return name == "synthetic" || name == "synthetic-regression" || name == "synthetic-masks";
+}
+
 // A split with each image's mean pixel value (0..1) as its target instead of its class.
 Dataset as_regression(Dataset d) {
   d.labels = d.images.to(torch::kFloat).mean({1, 2, 3}).div_(255).unsqueeze(1);
@@ -52,7 +57,7 @@ DatasetSpec parse_dataset_spec(const std::string& spec) {
   const bool has_arg = colon != std::string::npos;
   const std::string arg = has_arg ? spec.substr(colon + 1) : std::string();
   const std::string& name = parsed.name;
-  if (name == "synthetic" || name == "synthetic-regression" || name == "synthetic-masks") {
+  if (is_synthetic(name)) {
     if (has_arg) parsed.synthetic_train = parse_count(spec, arg);
     return parsed;
   }
@@ -66,7 +71,7 @@ DatasetSpec parse_dataset_spec(const std::string& spec) {
 
 DataSplit load_dataset(const std::string& spec) {
   const DatasetSpec parsed = parse_dataset_spec(spec);
-  if (parsed.name == "synthetic" || parsed.name == "synthetic-regression" || parsed.name == "synthetic-masks") {
+  if (is_synthetic(parsed.name)) {
     SyntheticOptions options;
     if (parsed.synthetic_train > 0) {
       const int64_t n = parsed.synthetic_train;

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <optional>
-#include <set>
 
 #include <torch/autograd.h>
 
@@ -26,18 +25,9 @@ Stage::Stage(int index, int num_stages, torch::nn::Sequential module, torch::Dev
   for (const auto& child : module_->named_children()) unit_names_.push_back(child.key());
   SP_CHECK_ARG(skips_.size() == module_->size(), "partition ", index_ + 1, " has ", module_->size(),
                " units but skips for ", skips_.size());
-  std::set<std::string> stashed;
-  for (const models::Skips& unit : skips_) {
-    for (const std::string& name : unit.pops) {
-      if (!stashed.erase(name)) skip_inputs_.push_back(name);
-    }
-    for (const std::string& name : unit.stashes) stashed.insert(name);
-  }
-  for (const models::Skips& unit : skips_) {
-    for (const std::string& name : unit.stashes) {
-      if (stashed.count(name)) skip_outputs_.push_back(name);
-    }
-  }
+  models::OpenSkips open = models::open_skips(skips_);
+  skip_inputs_ = std::move(open.in);
+  skip_outputs_ = std::move(open.out);
   module_->to(device_);
   models::to_memory_format(*module_, memory_format_);  // before the optimizer keeps any state
   module_->train();
@@ -58,8 +48,12 @@ torch::Tensor Stage::to_device(const torch::Tensor& t) const {
   return t.to(torch::TensorOptions().device(device_), /*non_blocking=*/device_.is_cuda());
 }
 
+torch::Tensor Stage::arrived(const torch::Tensor& t) const {
+  return models::in_memory_format(to_device(t), memory_format_);
+}
+
 torch::Tensor Stage::prepare_input(const torch::Tensor& input) const {
-  torch::Tensor x = models::in_memory_format(to_device(input), memory_format_);
+  torch::Tensor x = arrived(input);
   if (is_first()) return x;
   // A leaf of this stage's graph, so backward() yields the gradient to send upstream.
   return x.detach().requires_grad_(true);
@@ -195,7 +189,7 @@ void Stage::take_inputs(const StageTensors& input, Pending& p) const {
            skip_inputs_.size(), " skip tensors, got ", input.skips.size());
   p.input = prepare_input(input.main);
   for (const torch::Tensor& skip : input.skips) {
-    p.skip_inputs.push_back(models::in_memory_format(to_device(skip), memory_format_).detach().requires_grad_(true));
+    p.skip_inputs.push_back(arrived(skip).detach().requires_grad_(true));
   }
 }
 
@@ -257,6 +251,20 @@ torch::Tensor grad_of(const torch::Tensor& leaf) {
   return g.defined() ? g : torch::zeros_like(leaf);
 }
 
+// Autograd from each root that needs a gradient and, where `grads` holds one per root, is given
+// one (empty `grads`: scalar roots, gradient 1). A root may be a leaf (a recomputed unit's
+// output or stash, an input stashed unchanged): backward fills its grad. One that needs no
+// gradient (data the first stage stashed) has no graph to run.
+void backward_from(const std::vector<torch::Tensor>& roots, const std::vector<torch::Tensor>& grads) {
+  std::vector<torch::Tensor> used_roots, used_grads;
+  for (size_t i = 0; i < roots.size(); ++i) {
+    if (!roots[i].requires_grad() || (!grads.empty() && !grads[i].defined())) continue;
+    used_roots.push_back(roots[i]);
+    if (!grads.empty()) used_grads.push_back(grads[i]);
+  }
+  if (!used_roots.empty()) torch::autograd::backward(used_roots, used_grads);
+}
+
 }  // namespace
 
 StageTensors Stage::backward(int64_t step, const StageTensors& grad_output, int micro) {
@@ -282,16 +290,7 @@ StageTensors Stage::backward(int64_t step, const StageTensors& grad_output, int 
       grads.push_back(grad_output.skips[i].to(device_));
     }
   }
-  // A root may be a leaf (a recomputed unit's output or stash, an input stashed unchanged):
-  // backward fills its grad. One that needs no gradient (data stashed by the first stage) has
-  // no graph to run.
-  for (size_t i = roots.size(); i-- > 0;) {
-    if (!roots[i].requires_grad()) {
-      roots.erase(roots.begin() + static_cast<std::ptrdiff_t>(i));
-      if (!grads.empty()) grads.erase(grads.begin() + static_cast<std::ptrdiff_t>(i));
-    }
-  }
-  if (!roots.empty()) torch::autograd::backward(roots, grads);
+  backward_from(roots, grads);
   if (p.head_output.defined()) recompute_backward(step, micro, p);
   StageTensors grad_input;
   if (!is_first()) grad_input.main = p.input.grad();
@@ -333,13 +332,7 @@ void Stage::recompute_backward(int64_t step, int micro, Pending& p) {
     for (const std::string& name : stashes) roots.push_back(table.at(name));
   }
   // With the current weights back, as the backward without recomputation would see them.
-  std::vector<torch::Tensor> used_roots, used_grads;
-  for (size_t i = 0; i < roots.size(); ++i) {
-    if (!grads[i].defined() || !roots[i].requires_grad()) continue;
-    used_roots.push_back(roots[i]);
-    used_grads.push_back(grads[i]);
-  }
-  if (!used_roots.empty()) torch::autograd::backward(used_roots, used_grads);
+  backward_from(roots, grads);
 }
 
 void Stage::update(int64_t step, double lr) {
@@ -369,10 +362,10 @@ StageTensors Stage::predict(const StageTensors& input) {
   torch::NoGradGuard no_grad;
   module_->eval();
   std::vector<torch::Tensor> skips;
-  for (const torch::Tensor& skip : input.skips) skips.push_back(models::in_memory_format(to_device(skip), memory_format_));
+  for (const torch::Tensor& skip : input.skips) skips.push_back(arrived(skip));
   models::SkipTable table = input_table(skips);
   StageTensors out;
-  out.main = run_units(0, module_->size(), models::in_memory_format(to_device(input.main), memory_format_), table);
+  out.main = run_units(0, module_->size(), arrived(input.main), table);
   for (const std::string& name : skip_outputs_) out.skips.push_back(table.at(name));
   module_->train();
   return out;

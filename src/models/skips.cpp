@@ -84,13 +84,27 @@ void check_skips(const std::string& model, const std::vector<Unit>& units) {
   }
 }
 
-bool skip_live_after(const std::vector<Unit>& units, size_t u) {
-  std::set<std::string> live;
-  for (size_t i = 0; i <= u && i < units.size(); ++i) {
-    for (const std::string& name : units[i].skips.pops) live.erase(name);
-    for (const std::string& name : units[i].skips.stashes) live.insert(name);
+OpenSkips open_skips(const std::vector<Skips>& units) {
+  OpenSkips open;
+  std::set<std::string> stashed;  // by these units and not yet popped by them
+  for (const Skips& unit : units) {
+    for (const std::string& name : unit.pops) {
+      if (!stashed.erase(name)) open.in.push_back(name);
+    }
+    for (const std::string& name : unit.stashes) stashed.insert(name);
   }
-  return !live.empty();
+  for (const Skips& unit : units) {
+    for (const std::string& name : unit.stashes) {
+      if (stashed.count(name)) open.out.push_back(name);
+    }
+  }
+  return open;
+}
+
+bool skip_live_after(const std::vector<Unit>& units, size_t u) {
+  std::vector<Skips> first;
+  for (size_t i = 0; i <= u && i < units.size(); ++i) first.push_back(units[i].skips);
+  return !open_skips(first).out.empty();
 }
 
 torch::Tensor forward_units(const std::vector<Unit>& units, size_t first, size_t last,

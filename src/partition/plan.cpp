@@ -59,20 +59,18 @@ std::string unit_holding(const models::Model& model, int layer) {
 }
 
 std::vector<SkipRoute> skip_routes(const models::Model& model, const Plan& plan) {
-  std::vector<int> partition_of(model.units.size());
-  for (int k = 0; k < plan.num_partitions(); ++k) {
-    for (size_t u = plan.unit_ranges[k].first; u < plan.unit_ranges[k].second; ++u) partition_of[u] = k;
-  }
+  std::vector<models::OpenSkips> open;  // per partition, as its stage will see them
   std::map<std::string, int> consumer;
-  for (size_t u = 0; u < model.units.size(); ++u) {
-    for (const std::string& name : model.units[u].skips.pops) consumer[name] = partition_of[u];
+  for (int k = 0; k < plan.num_partitions(); ++k) {
+    std::vector<models::Skips> skips;
+    for (size_t u = plan.unit_ranges[k].first; u < plan.unit_ranges[k].second; ++u) skips.push_back(model.units[u].skips);
+    open.push_back(models::open_skips(skips));
+    for (const std::string& name : open.back().in) consumer[name] = k;
   }
   std::vector<SkipRoute> routes;
-  for (size_t u = 0; u < model.units.size(); ++u) {
-    for (const std::string& name : model.units[u].skips.stashes) {
-      const int to = consumer.at(name);  // check_skips: every stash has its pop
-      if (to != partition_of[u]) routes.push_back({name, partition_of[u], to});
-    }
+  for (int k = 0; k < plan.num_partitions(); ++k) {
+    // check_skips: every stash has its pop, in a later unit
+    for (const std::string& name : open[k].out) routes.push_back({name, k, consumer.at(name)});
   }
   return routes;
 }

@@ -221,6 +221,15 @@ std::vector<PartitionTiming> measure_partitions(models::Model& model, const Plan
   return partitions;
 }
 
+int64_t stash_bytes(const Profile& profile, const std::string& name) {
+  int64_t bytes = 0;
+  for (const auto& unit : profile.units) {
+    const auto it = unit.stash_bytes.find(name);
+    if (it != unit.stash_bytes.end()) bytes += it->second;
+  }
+  return bytes;
+}
+
 std::string to_json(const Profile& profile) {
   nlohmann::json units = nlohmann::json::array();
   for (const auto& u : profile.units) {

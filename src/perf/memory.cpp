@@ -248,9 +248,8 @@ MemoryReport memory_report(const MemoryOptions& o) {
   const auto stale = schedule::make_schedule(schedule::ScheduleKind::kStale, K, 0, 4 * K + 4);
   const auto stats = schedule::analyze(stale);
   for (const auto& skip : plan.skips) {
-    int64_t bytes = 0;
-    for (const auto& unit : profile.units) bytes += unit.stash_bytes.count(skip.name) ? unit.stash_bytes.at(skip.name) : 0;
-    r.skips.push_back({skip.name, skip.from, skip.to, bytes, schedule::max_skip_in_flight(stale, skip.from, skip.to)});
+    r.skips.push_back({skip.name, skip.from, skip.to, partition::stash_bytes(profile, skip.name),
+                       schedule::max_skip_in_flight(stale, skip.from, skip.to)});
   }
   std::vector<int> in_flight;
   for (const auto& w : stats.workers) in_flight.push_back(w.max_in_flight);

@@ -20,12 +20,7 @@ T at_or(const std::vector<T>& v, size_t i, T fallback) {
 // Per partition, the bytes of the skip tensors it receives (per mini-batch).
 std::vector<int64_t> skip_bytes_in(const partition::Profile& profile, const partition::Plan& plan) {
   std::vector<int64_t> bytes(plan.unit_ranges.size(), 0);
-  for (const auto& skip : plan.skips) {
-    for (const auto& unit : profile.units) {
-      const auto it = unit.stash_bytes.find(skip.name);
-      if (it != unit.stash_bytes.end()) bytes[skip.to] += it->second;
-    }
-  }
+  for (const auto& skip : plan.skips) bytes[skip.to] += partition::stash_bytes(profile, skip.name);
   return bytes;
 }
 

@@ -167,6 +167,8 @@ class Stage {
   using Key = std::pair<int64_t, int>;  // (step, micro)
 
   torch::Tensor to_device(const torch::Tensor& t) const;
+  // A tensor from outside (a batch, a register, a skip) on this stage's device, in its layout.
+  torch::Tensor arrived(const torch::Tensor& t) const;
   torch::Tensor prepare_input(const torch::Tensor& input) const;
   // The input leaves of a forward; checks the number of skip inputs.
   void take_inputs(const StageTensors& input, Pending& p) const;

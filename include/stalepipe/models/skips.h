@@ -52,6 +52,15 @@ torch::Tensor forward_unit(torch::nn::AnyModule& module, const std::string& unit
 //    must go forward".
 void check_skips(const std::string& model, const std::vector<Unit>& units);
 
+// What a run of consecutive units (each one's Skips, in order) exchanges with the units outside
+// it: the names it pops that none of its own units stashed before (in pop order), and those it
+// stashes that none of its own later units pops (in stash order). For a partition, its skip
+// inputs and outputs.
+struct OpenSkips {
+  std::vector<std::string> in, out;
+};
+OpenSkips open_skips(const std::vector<Skips>& units);
+
 // Whether a skip tensor is stashed by unit u or before it and popped after it: a register
 // after unit u would have it cross.
 bool skip_live_after(const std::vector<Unit>& units, size_t u);

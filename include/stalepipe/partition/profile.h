@@ -76,6 +76,10 @@ struct Profile {
   std::vector<PartitionTiming> partitions;  // measure_partitions' result, if it was run
 };
 
+// Per mini-batch: the bytes of the skip tensor `name` that a unit of `profile` stashes (0 if
+// none does, e.g. a profile written before skip tensors were recorded).
+int64_t stash_bytes(const Profile& profile, const std::string& name);
+
 struct ProfileOptions {
   int64_t batch_size = 128;
   int threads = 1;  // intra-op threads while measuring (at::set_num_threads); 0 = leave as is
