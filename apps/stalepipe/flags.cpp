@@ -95,7 +95,7 @@ void add_option_flags(CLI::App& app, Options& o, TrainFlags& text) {
   app.get_option(flag_of(Field::ppv))->excludes(app.get_option(flag_of(Field::partitions)));
   auto& g = o.pipeline().group();
   app.add_option("--rank", g.rank(), "processes: this process's rank (default $RANK)");
-  app.add_option("--world-size", g.world_size(), "processes: number of ranks = partitions (default $WORLD_SIZE)");
+  app.add_option("--world-size", g.world_size(), "processes: number of ranks = partitions x replicas (default $WORLD_SIZE)");
   app.add_option("--master-addr", g.master_addr(), "processes: rank 0's address (default $MASTER_ADDR, else 127.0.0.1)");
   app.add_option("--master-port", g.master_port(), "processes: rendezvous port on rank 0 (default $MASTER_PORT, else 29500)");
   app.add_option("--timeout-seconds", g.timeout_seconds(), "processes: a rank that does not answer within this time ends the run")->capture_default_str();

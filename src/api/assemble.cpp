@@ -88,14 +88,28 @@ optim::SgdOptions sgd_options(const OptimizerOptions& o, int64_t steps_per_epoch
       .fixed_weight_norm(o.fixed_weight_norm());
 }
 
+uint64_t replica_seed(uint64_t seed, int replica) {
+  if (replica == 0) return seed;
+  // splitmix64's step and finaliser: replicas' seeds unrelated to each other and to seed + 1.
+  uint64_t z = seed + 0x9e3779b97f4a7c15ULL * static_cast<uint64_t>(replica + 1);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+std::unique_ptr<exec::Pipeline> build_stages(models::Model& model, const Assembly& a, const Options& options,
+                                             int64_t steps_per_epoch, int replica) {
+  const OptimizerOptions& o = options.optimizer();
+  return std::make_unique<exec::Pipeline>(model, a.plan, a.devices, sgd_options(o, steps_per_epoch),
+                                          exec::Objective{o.loss(), o.metric()},
+                                          replica_seed(options.run().seed(), replica), memory_format(options));
+}
+
 Assembly assemble(models::Model& model, const Options& options, int64_t steps_per_epoch,
-                  bool want_profile) {
+                  bool want_profile, int replica) {
   Assembly a = plan_pipeline(model, options, want_profile);
   const OptimizerOptions& o = options.optimizer();
-  a.pipeline = std::make_unique<exec::Pipeline>(model, a.plan, a.devices,
-                                                sgd_options(o, steps_per_epoch),
-                                                exec::Objective{o.loss(), o.metric()},
-                                                options.run().seed(), memory_format(options));
+  a.pipeline = build_stages(model, a, options, steps_per_epoch, replica);
   if (o.fixed_weight_norm() || options.pipeline().hybrid_norm_reset()) {
     int invariant = 0;
     for (auto* stage : a.pipeline->stages()) invariant += stage->optimizer().scale_invariant_count();

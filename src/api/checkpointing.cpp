@@ -36,7 +36,7 @@ void PipelineTrainer::save(const std::string& dir) {
   // another rank's shard, so hosts need not share the run directory for the manifest to hold.
   std::vector<int64_t> digests(2 * K, 0);
   for (int k = 0; k < K; ++k) {
-    if (!group_->owns(k)) continue;
+    if (!group_->owns(k) || group_->replica() != 0) continue;  // one copy of the weights
     const auto d = exec::save_checkpoint_shard(dir, pipeline_->stage(k), k, K, info);
     digests[2 * k] = d.bytes;
     digests[2 * k + 1] = d.crc32;
@@ -48,13 +48,16 @@ void PipelineTrainer::save(const std::string& dir) {
   exec::write_checkpoint_manifest(dir, info, shards);
 }
 
-// Loads the partitions this process owns from one checkpoint; "" or what is wrong with it.
+// Loads the partitions this process owns (in replica 0) from one checkpoint; "" or what is
+// wrong with it.
 std::string PipelineTrainer::load_owned(const std::string& manifest, exec::CheckpointInfo& info) {
   const int K = plan_.num_partitions();
   try {
     const exec::CheckpointManifest m = exec::read_checkpoint_manifest(manifest);
+    info = m.info;
+    // The other replicas take replica 0's state once the ranks agree on the checkpoint.
     for (int k = 0; k < K; ++k) {
-      if (group_->owns(k)) info = exec::load_checkpoint_shard(m, pipeline_->stage(k), k, K);
+      if (group_->owns(k) && group_->replica() == 0) exec::load_checkpoint_shard(m, pipeline_->stage(k), k, K);
     }
     return "";
   } catch (const RuntimeError& e) {
@@ -81,6 +84,7 @@ void PipelineTrainer::load(const std::string& dir, const std::function<void(cons
     group_->gather_partitions(bad);
     const auto first_bad = std::find(bad.begin(), bad.end(), 1);
     if (first_bad == bad.end()) {
+      group_->copy_first_replica(pipelines());
       restore(info, dir);
       return;
     }

@@ -15,7 +15,7 @@ exec::Input LoaderSource::next() {
   if (!batch) return {};
   SP_CHECK(batch->index == next_index_, "data loader out of step at batch ", next_index_);
   ++next_index_;
-  return {batch->x, batch->y};
+  return {batch->x, batch->y, batch->samples};
 }
 
 }  // namespace stalepipe

@@ -92,6 +92,9 @@ void check_pipeline(const PipelineOptions& o, int64_t batch_size) {
                schedule::to_string(o.schedule()));
   SP_CHECK_ARG(o.micro_batches() <= batch_size, field_name(Field::micro_batches), " ", o.micro_batches(),
                ": more micro-batches than the batch size of ", batch_size);
+  SP_CHECK_ARG(o.replicas() >= 1, field_name(Field::replicas), " must be >= 1, got ", o.replicas());
+  SP_CHECK_ARG(o.replicas() * static_cast<int64_t>(o.micro_batches()) <= batch_size, field_name(Field::replicas), " ",
+               o.replicas(), " x ", o.micro_batches(), " micro-batch(es): more slices than the batch size of ", batch_size);
   SP_CHECK_ARG(!hybrid || o.hybrid_switch().set(),
                field_name(Field::schedule), " hybrid needs hybrid_switch (epochs, or steps)");
   SP_CHECK_ARG(hybrid || !o.hybrid_switch().set(), field_name(Field::hybrid_switch), " needs schedule hybrid");
@@ -142,7 +145,16 @@ int resolved_threads(const PipelineOptions& o) {
 
 int threads_per_worker(const PipelineOptions& o, int partitions) {
   return o.threads_per_worker() > 0 ? o.threads_per_worker()
-                                    : std::max(1, resolved_threads(o) / std::max(1, partitions));
+                                    : std::max(1, resolved_threads(o) / (std::max(1, partitions) * o.replicas()));
+}
+
+int own_replica(const PipelineOptions& o) {
+  if (o.executor() != ExecutorKind::kProcesses || o.replicas() == 1) return 0;
+  const auto where = o.group().resolved();
+  SP_CHECK_ARG(where.world_size() % o.replicas() == 0, field_name(Field::replicas), " ", o.replicas(),
+               ": ProcessGroupOptions::world_size ", where.world_size(), " is not a multiple of it; start replicas x "
+               "partitions ranks");
+  return where.rank() / (where.world_size() / o.replicas());
 }
 
 }  // namespace stalepipe

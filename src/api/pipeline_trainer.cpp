@@ -53,12 +53,16 @@ PipelineTrainer::PipelineTrainer(models::Model model, Options options, int64_t s
   const PipelineOptions& o = options_.pipeline();
   kind_ = o.schedule() == ScheduleKind::kHybrid ? ScheduleKind::kStale : o.schedule();
   build_lr(steps_per_epoch);
-  Assembly a = assemble(model_, options_, steps_per_epoch_);
+  Assembly a = assemble(model_, options_, steps_per_epoch_, false, own_replica(options_.pipeline()));
+  build_replicas(a);
   plan_ = std::move(a.plan);
   pipeline_ = std::move(a.pipeline);
+  all_stages_ = pipeline_->stages();
+  for (auto& replica : replicas_) all_stages_.insert(all_stages_.end(), replica->stages().begin(), replica->stages().end());
   options_.pipeline().ppv(plan_.ppv);  // the cut chosen, as config.json and checkpoints record it
   info_.threads_per_worker = a.threads_per_worker;
   info_.devices = a.devices;
+  info_.replicas = options_.pipeline().replicas();
   describe();
   build_executor();  // last: with processes, the rendezvous waits for the other ranks
 }
@@ -95,6 +99,22 @@ void PipelineTrainer::build_lr(int64_t steps_per_epoch) {
   }
 }
 
+// The other replicas of a local executor: copies of the network, which begin equal to it.
+void PipelineTrainer::build_replicas(const Assembly& a) {
+  const PipelineOptions& o = options_.pipeline();
+  if (o.executor() == ExecutorKind::kProcesses) return;
+  for (int r = 1; r < o.replicas(); ++r) {
+    replica_models_.push_back(models::independent_copy(model_));
+    replicas_.push_back(build_stages(replica_models_.back(), a, options_, steps_per_epoch_, r));
+  }
+}
+
+std::vector<exec::Pipeline*> PipelineTrainer::pipelines() {
+  std::vector<exec::Pipeline*> all{pipeline_.get()};
+  for (auto& replica : replicas_) all.push_back(replica.get());
+  return all;
+}
+
 void PipelineTrainer::describe() {
   const int K = plan_.num_partitions();
   const int M = options_.pipeline().micro_batches();
@@ -124,10 +144,12 @@ void PipelineTrainer::build_executor() {
   }
   const auto where = o.group().resolved();
   const int K = plan_.num_partitions();
-  SP_CHECK_ARG(where.world_size() == K, "PipelineOptions::executor processes: ProcessGroupOptions::world_size ",
+  const int R = o.replicas();
+  SP_CHECK_ARG(where.world_size() == R * K, "PipelineOptions::executor processes: ProcessGroupOptions::world_size ",
                where.world_size(), " but PipelineOptions::ppv ", partition::format_ppv(plan_.ppv), " gives ", K,
-               " partitions; start one rank per partition");
-  auto group = std::make_shared<exec::ProcessGroup>(where, config_hash(options_));
+               " partitions", R > 1 ? c10::str(" and ", field_name(Field::replicas), " ", R, " copies of them") : "",
+               "; start one rank per partition", R > 1 ? " of each replica" : "");
+  auto group = std::make_shared<exec::ProcessGroup>(where, config_hash(options_), R);
   executor_ = exec::make_processes_executor(group);
   group_ = exec::make_rank_group(group);
 }
@@ -191,13 +213,13 @@ PipelineTrainer::SegmentRun PipelineTrainer::execute_segment(int64_t first, int6
   // At the start of the first sequential segment; a checkpoint at the switch step is written
   // before it, so a resumed run resets exactly where an uninterrupted one does.
   if (hybrid && first == switch_step && options_.pipeline().hybrid_norm_reset()) {
-    for (auto* stage : pipeline_->stages()) stage->optimizer().reset_norms();
+    for (auto* stage : all_stages_) stage->optimizer().reset_norms();
   }
   const int K = plan_.num_partitions();
   SegmentRun run;
   run.schedule = sequential ? schedule::make_sequential(K, first, end)
                             : schedule::make_schedule(kind_, K, first, end, options_.pipeline().micro_batches());
-  run.result = executor_->run(run.schedule, pipeline_->stages(), context);
+  run.result = executor_->run(run.schedule, all_stages_, context);
   return run;
 }
 
@@ -236,7 +258,8 @@ EvalResult PipelineTrainer::evaluate(BatchSource& test) {
   at::set_num_threads(resolved_threads(options_.pipeline()));
   double sums[4] = {0, 0, 0, 0};  // loss x samples, correct, samples, scored
   test.start_epoch(0, 0);
-  for (int64_t b = 0;; ++b) {
+  // Replica 0 evaluates: the replicas' weights and statistics are equal.
+  for (int64_t b = 0; group_->replica() == 0; ++b) {
     // Only the rank that runs partition 1 reads data; the others follow its batch count.
     exec::Input in = group_->owns(0) ? test.next() : exec::Input{};
     const int64_t known = test.batches_per_epoch();

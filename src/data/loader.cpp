@@ -9,6 +9,7 @@
 #include "data/random_impl.h"
 #include "data/decode_pool_impl.h"
 #include "stalepipe/common/error.h"
+#include "stalepipe/common/slices.h"
 #include "stalepipe/data/resample.h"
 
 namespace stalepipe {
@@ -32,6 +33,10 @@ Loader::Loader(std::shared_ptr<const SampleSource> source, LoaderOptions options
       options_.pad_to());
   SP_CHECK_ARG(options_.image_size() >= 0, "image size must be >= 0 (0: as stored), got ", options_.image_size());
   SP_CHECK_ARG(options_.threads() >= 1, "loader threads must be >= 1, got ", options_.threads());
+  SP_CHECK_ARG(options_.shard_count() >= 1 && options_.shard_index() >= 0 &&
+                   options_.shard_index() < options_.shard_count(),
+               "loader shard ", options_.shard_index(), " of ", options_.shard_count(),
+               ": need 0 <= shard_index < shard_count");
   SP_CHECK_ARG(!options_.drop_last() || source_->size() >= batch_size, "drop_last with batch size ",
       batch_size, " leaves no batch: data set '", name, "' has only ", source_->size(),
       " samples; use a smaller batch size or keep the last partial batch");
@@ -106,8 +111,14 @@ Batch Loader::batch(int64_t epoch, int64_t index, const std::vector<int64_t>& or
   SP_CHECK_ARG(index >= 0 && index < batches_per_epoch(), "batch index ", index, " of epoch ",
       epoch, " is out of range 0..", batches_per_epoch() - 1);
 
-  const int64_t begin = index * options_.batch_size();
-  const int64_t count = std::min(options_.batch_size(), n - begin);
+  const int64_t first = index * options_.batch_size();
+  const int64_t samples = std::min(options_.batch_size(), n - first);
+  const int shards = options_.shard_count();
+  SP_CHECK_ARG(samples >= shards, "batch ", index, " of epoch ", epoch, " has ", samples, " samples, fewer than the ",
+               shards, " shards it is split into; drop the last batch or choose another batch size");
+  const auto [slice_begin, slice_end] = slice_range(samples, shards, options_.shard_index());
+  const int64_t begin = first + slice_begin;
+  const int64_t count = slice_end - slice_begin;
   torch::Tensor ids = torch::empty({count}, torch::kInt64);
   int64_t* id = ids.data_ptr<int64_t>();
   for (int64_t i = 0; i < count; ++i) {
@@ -119,6 +130,7 @@ Batch Loader::batch(int64_t epoch, int64_t index, const std::vector<int64_t>& or
   Batch out;
   out.epoch = epoch;
   out.index = index;
+  out.samples = samples;
   if (gather_) {
     out.x = gathered(ids, epoch);
   } else {

@@ -45,15 +45,29 @@ void check_tags(torch::serialize::InputArchive& archive, const CheckpointManifes
 
 }  // namespace
 
+namespace {
+
+torch::serialize::OutputArchive stage_archive(Stage& stage) {
+  torch::serialize::OutputArchive archive;
+  stage.module()->save(archive);
+  stage.optimizer().save(archive);
+  return archive;
+}
+
+void load_stage(torch::serialize::InputArchive& archive, Stage& stage) {
+  stage.module()->load(archive);
+  stage.optimizer().load(archive);
+}
+
+}  // namespace
+
 ShardDigest save_checkpoint_shard(const std::string& run_dir, Stage& stage, int partition,
                                   int partitions, const CheckpointInfo& info) {
   SP_CHECK(stage.in_flight() == 0, "checkpoint at step ", info.step, ": partition ",
            partition + 1, " still has mini-batches in flight");
   const fs::path path = fs::path(checkpoint_dir(run_dir)) / shard_name(info.step, partition);
   fs::create_directories(path.parent_path());
-  torch::serialize::OutputArchive archive;
-  stage.module()->save(archive);
-  stage.optimizer().save(archive);
+  torch::serialize::OutputArchive archive = stage_archive(stage);
   archive.write("stalepipe.step", torch::tensor(info.step, torch::kLong));
   archive.write("stalepipe.partition", torch::tensor(int64_t{partition}, torch::kLong));
   archive.write("stalepipe.partitions", torch::tensor(int64_t{partitions}, torch::kLong));
@@ -72,6 +86,25 @@ void save_checkpoint(const std::string& run_dir, const std::vector<Stage*>& stag
   write_checkpoint_manifest(run_dir, info, digests);
 }
 
+std::string stage_state(Stage& stage) {
+  torch::serialize::OutputArchive archive = stage_archive(stage);
+  std::ostringstream out;
+  archive.save_to(out);
+  return out.str();
+}
+
+void load_stage_state(Stage& stage, const std::string& bytes) {
+  std::istringstream in(bytes);
+  try {
+    torch::serialize::InputArchive archive;
+    archive.load_from(in, stage.device());
+    load_stage(archive, stage);
+  } catch (const c10::Error& e) {
+    throw RuntimeError(c10::str("partition ", stage.index() + 1, ": cannot take another replica's state: ",
+                                e.what_without_backtrace()));
+  }
+}
+
 CheckpointInfo load_checkpoint_shard(const CheckpointManifest& m, Stage& stage, int k,
                                      int partitions) {
   SP_CHECK(static_cast<int>(m.shards.size()) == partitions, m.path, ": checkpoint has ",
@@ -83,8 +116,7 @@ CheckpointInfo load_checkpoint_shard(const CheckpointManifest& m, Stage& stage, 
     torch::serialize::InputArchive archive;
     archive.load_from(bytes, stage.device());
     check_tags(archive, m, shard, k, partitions);
-    stage.module()->load(archive);
-    stage.optimizer().load(archive);
+    load_stage(archive, stage);
   } catch (const c10::Error& e) {
     throw RuntimeError(shard + ": cannot load partition " + std::to_string(k + 1) + ": " +
                        e.what_without_backtrace());

@@ -1,9 +1,11 @@
 // The reference executor: one thread, every operation in the schedule's global order.
 #include <deque>
+#include <optional>
 
 #include <ATen/Parallel.h>
 
 #include "executors_impl.h"
+#include "replicas_impl.h"
 #include "worker_impl.h"
 
 namespace stalepipe::exec {
@@ -34,17 +36,28 @@ class MailboxLinks final : public detail::Links {
 
 SegmentResult EmulatedExecutor::run(const schedule::Schedule& schedule,
                                     std::vector<Stage*>& stages, const SegmentContext& context) {
-  detail::check_stages(schedule, stages);
   const int K = schedule.num_workers;
-  const auto wiring = detail::Wiring::pipeline(stages);
-  MailboxLinks links(wiring);
-  std::vector<detail::WorkerLoop> loops;
-  loops.reserve(K);
-  for (int k = 0; k < K; ++k) loops.emplace_back(schedule, wiring, k, *stages[k], links, context);
+  const int R = detail::replica_count(schedule, stages);
+  const auto wiring = detail::Wiring::pipeline({stages.begin(), stages.begin() + K});
+  std::vector<std::unique_ptr<MailboxLinks>> links;  // [replica]
+  for (int r = 0; r < R; ++r) links.push_back(std::make_unique<MailboxLinks>(wiring));
+  // Replicas run each operation in replica order; their gradient sum runs before their updates.
+  std::optional<detail::LocalReplicas> replicas;
+  if (R > 1) replicas.emplace(stages, K, context, /*blocking=*/false);
+  std::vector<SegmentContext> contexts;
+  for (int r = 0; r < R; ++r) contexts.push_back(replicas ? replicas->context_for(r) : context);
+  std::vector<detail::WorkerLoop> loops;  // [r * K + k]
+  loops.reserve(stages.size());
+  for (int r = 0; r < R; ++r) {
+    for (int k = 0; k < K; ++k) {
+      loops.emplace_back(schedule, wiring, k, *stages[r * K + k], *links[r], contexts[r],
+                         replicas ? &replicas->peers(r, k) : nullptr);
+    }
+  }
   // The loop's step, not the op's: a loss read late names the step it belongs to.
-  auto fail = [&](int worker) {
+  auto fail = [&](int i) {
     for (Stage* s : stages) s->clear_in_flight();
-    detail::rethrow_with_context(std::current_exception(), worker, loops[worker].current_step());
+    detail::rethrow_with_context(std::current_exception(), i % K, loops[i].current_step(), R > 1 ? i / K : -1);
   };
   std::vector<size_t> next(K, 0);
   int current_threads = -1;
@@ -56,19 +69,28 @@ SegmentResult EmulatedExecutor::run(const schedule::Schedule& schedule,
       at::set_num_threads(threads);
       current_threads = threads;
     }
+    const size_t op = next[g.worker]++;
+    int i = g.worker;
     try {
-      loops[g.worker].run_op(next[g.worker]++);
+      if (replicas && g.op.kind == schedule::OpKind::kUpdate && g.op.step < loops[g.worker].cutoff()) {
+        replicas->reduce_partition(g.worker);
+      }
+      for (int r = 0; r < R; ++r) {
+        i = r * K + g.worker;
+        loops[i].run_op(op);
+      }
     } catch (...) {
-      fail(g.worker);
+      fail(i);
     }
   }
-  for (int k = 0; k < K; ++k) {
+  for (size_t i = 0; i < loops.size(); ++i) {
     try {
-      loops[k].finish();
+      loops[i].finish();
     } catch (...) {
-      fail(k);
+      fail(static_cast<int>(i));
     }
   }
+  if (replicas) replicas->copy_buffers();
   SegmentResult result;
   result.end_step = loops[0].cutoff();
   result.stopped = result.end_step < schedule.end_step;

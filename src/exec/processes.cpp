@@ -1,11 +1,5 @@
 // One rank per partition over c10d (TCPStore + ProcessGroupGloo); see exec/processes.h.
-//
-// Debian's LibTorch is built with Gloo, but ProcessGroupGloo.hpp hides its contents unless
-// USE_C10D_GLOO is defined; only this file includes it.
-#ifndef USE_C10D_GLOO
-#define USE_C10D_GLOO 1
-#endif
-#include "stalepipe/exec/processes.h"
+#include "process_group_impl.h"
 
 #include <condition_variable>
 #include <cstdlib>
@@ -20,18 +14,22 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include "stalepipe/common/error.h"
+#include "replicas_impl.h"
 #include "worker_impl.h"
 
 namespace stalepipe::exec {
+
+std::string describe(int rank, int partitions, int replicas) {
+  if (rank < 0) return "a rank";
+  return c10::str("rank ", rank, " (", replicas > 1 ? c10::str("replica ", rank / partitions + 1, ", ") : std::string(),
+                  "partition ", rank % partitions + 1, ")");
+}
+
 namespace {
 
 // step, stop, defined, dtype, ndim, dims[0..6], aux, channels-last
 constexpr int64_t kHeaderSize = 14;
 constexpr int64_t kMaxDims = 7;
-
-std::string describe(int rank) {
-  return rank < 0 ? std::string("a rank") : c10::str("rank ", rank, " (partition ", rank + 1, ")");
-}
 
 bool is_loopback(const std::string& addr) {
   return addr == "localhost" || addr.rfind("127.", 0) == 0 || addr == "::1";
@@ -39,60 +37,22 @@ bool is_loopback(const std::string& addr) {
 
 }  // namespace
 
-// A send still in flight: the tensor must outlive it.
-struct PendingSend {
-  torch::Tensor tensor;
-  c10::intrusive_ptr<c10d::Work> work;
-  int peer = 0;
-};
-
-struct ProcessGroup::Impl {
-  c10::intrusive_ptr<c10d::Store> store;
-  c10::intrusive_ptr<c10d::ProcessGroupGloo> group;
-  // Sends are posted at once and waited for, in order, by the reaper thread, which only
-  // releases their tensors: delivery never waits for the reaper.
-  std::mutex mutex;
-  std::condition_variable changed;
-  std::deque<PendingSend> pending;
-  bool busy = false, closing = false;
-  std::string error;  // first failure of a send, with the peer named
-  std::thread reaper;
-
-  void reap(std::chrono::milliseconds timeout, int timeout_seconds) {
-    std::unique_lock<std::mutex> lock(mutex);
-    for (;;) {
-      changed.wait(lock, [&] { return closing || !pending.empty(); });
-      if (pending.empty()) return;
-      PendingSend send = std::move(pending.front());
-      pending.pop_front();
-      busy = true;
-      lock.unlock();
-      std::string failure;
-      try {
-        if (!send.work->wait(timeout)) throw std::runtime_error("the send was aborted");
-      } catch (const std::exception& e) {
-        failure = c10::str(describe(send.peer), " did not take a message within ",
-                           timeout_seconds, " s (it died, hangs or failed): ", e.what());
-      }
-      send = PendingSend();
-      lock.lock();
-      busy = false;
-      if (!failure.empty() && error.empty()) error = failure;
-      changed.notify_all();
-    }
-  }
-};
-
-ProcessGroup::ProcessGroup(const ProcessGroupOptions& options, const std::string& config_hash)
+ProcessGroup::ProcessGroup(const ProcessGroupOptions& options, const std::string& config_hash, int replicas)
     : impl_(std::make_unique<Impl>()) {
   const ProcessGroupOptions o = options.resolved();
   rank_ = o.rank();
   size_ = o.world_size();
+  SP_CHECK_ARG(replicas >= 1 && size_ % replicas == 0, "WORLD_SIZE ", size_, " is not a multiple of the ", replicas,
+               " replicas; start replicas x partitions ranks");
+  replicas_ = replicas;
+  impl_->partitions = partitions();
+  impl_->replicas = replicas;
   timeout_ = std::chrono::seconds(o.timeout_seconds());
   const std::string where = c10::str(o.master_addr(), ":", o.master_port());
   connect_store(o, where);
   compare_configs(config_hash, where, o.timeout_seconds());
   connect_gloo(o, where);
+  if (replicas_ > 1) connect_replicas(where);
   impl_->reaper = std::thread([impl = impl_.get(), t = timeout_, s = o.timeout_seconds()] {
     impl->reap(t, s);
   });
@@ -180,6 +140,7 @@ void ProcessGroup::connect_gloo(const ProcessGroupOptions& o, const std::string&
     }
     impl_->group = c10::make_intrusive<c10d::ProcessGroupGloo>(
         c10::make_intrusive<c10d::PrefixStore>("gloo", impl_->store), rank_, size_, gloo_options);
+    impl_->gloo_options = gloo_options;
   } catch (const std::exception& e) {
     throw RuntimeError(c10::str("rank ", rank_, ": cannot connect the Gloo process group (",
                                 size_, " ranks, rendezvous ", where, "): ", e.what()));
@@ -209,8 +170,8 @@ ProcessGroup::~ProcessGroup() {
   const bool timed_out = message.find("imed out") != std::string::npos ||
                          message.find("imeout") != std::string::npos;
   const std::string first = first_loss(peer, timed_out);
-  const bool other = !first.empty() && first != describe(peer);
-  throw RuntimeError(c10::str(other ? first + " failed first; " : std::string(), describe(peer),
+  const bool other = !first.empty() && first != describe(peer, impl_->partitions, impl_->replicas);
+  throw RuntimeError(c10::str(other ? first + " failed first; " : std::string(), describe(peer, impl_->partitions, impl_->replicas),
                               timed_out ? c10::str(" did not answer within ", timeout_.count() / 1000, " s")
                                         : std::string(" is gone (connection lost; it died or failed)"),
                               " while this rank (", rank_, ") waited to ", what, ": ", message));
@@ -224,7 +185,7 @@ std::string ProcessGroup::first_loss(int peer, bool timed_out) {
   const std::string key = "stalepipe/first-loss";
   try {
     if (peer >= 0 && !timed_out) {
-      const std::string mine = describe(peer);
+      const std::string mine = describe(peer, impl_->partitions, impl_->replicas);
       const auto v = impl_->store->compareSet(key, {}, std::vector<uint8_t>(mine.begin(), mine.end()));
       return std::string(v.begin(), v.end());
     }
@@ -387,27 +348,31 @@ std::map<std::string, EvalSkip> eval_skips(const detail::Wiring& wiring) {
 // forwards and backwards).
 class GroupLinks final : public detail::Links {
  public:
-  GroupLinks(ProcessGroup& group, const detail::Wiring& wiring, const schedule::Schedule& schedule, int rank)
-      : group_(group), micro_batches_(schedule.micro_batches), received_(wiring.routes().size(), 0) {
+  // worker: this rank's partition; first_rank: the rank of its replica's partition 1.
+  GroupLinks(ProcessGroup& group, const detail::Wiring& wiring, const schedule::Schedule& schedule, int worker,
+             int first_rank)
+      : group_(group), micro_batches_(schedule.micro_batches), first_rank_(first_rank),
+        received_(wiring.routes().size(), 0) {
     for (const auto& route : wiring.routes()) {
       first_tag_.push_back(tags_per_index_);
       tags_per_index_ += 2 * static_cast<int64_t>(route.names.size());
     }
     SP_CHECK(tags_per_index_ <= 512, "processes executor: ", tags_per_index_,
              " tags per mini-batch are more than the 512 the tag space holds");
-    for (const auto& op : schedule.worker_ops[rank]) {
+    for (const auto& op : schedule.worker_ops[worker]) {
       if (op.kind == schedule::OpKind::kForward) forwards_.push_back(op);
       if (op.kind == schedule::OpKind::kBackward) backwards_.push_back(op);
     }
   }
   void send(const detail::Route& route, detail::Message m) override {
+    const int destination = first_rank_ + route.destination;
     if (m.stop) {
-      group_.send_tensor({}, route.destination, tag(route, m.step, m.micro, 0), m.step, true);
+      group_.send_tensor({}, destination, tag(route, m.step, m.micro, 0), m.step, true);
       return;
     }
     for (size_t i = 0; i < m.tensors.size(); ++i) {
-      group_.send_tensor(m.tensors[i].second, route.destination, tag(route, m.step, m.micro, i), m.step,
-                         false, m.batch_samples);
+      group_.send_tensor(m.tensors[i].second, destination, tag(route, m.step, m.micro, i), m.step, false,
+                         m.batch_samples);
     }
   }
   detail::Message recv(const detail::Route& route) override {
@@ -416,7 +381,7 @@ class GroupLinks final : public detail::Links {
     detail::Message m;
     m.micro = op.micro;
     for (size_t i = 0; i < route.names.size(); ++i) {
-      auto in = group_.recv_tensor(route.source, tag(route, op.step, op.micro, i));
+      auto in = group_.recv_tensor(first_rank_ + route.source, tag(route, op.step, op.micro, i));
       m.step = in.step;
       m.stop = in.stop;
       if (m.stop) break;
@@ -437,6 +402,7 @@ class GroupLinks final : public detail::Links {
   }
   ProcessGroup& group_;
   int micro_batches_;
+  int first_rank_;
   std::vector<int64_t> first_tag_;  // [route id]: its first tag within an index's block
   int64_t tags_per_index_ = 0;
   std::vector<schedule::Op> forwards_, backwards_;
@@ -451,21 +417,30 @@ class ProcessesExecutor final : public Executor {
   SegmentResult run(const schedule::Schedule& schedule, std::vector<Stage*>& stages,
                     const SegmentContext& context) override {
     const int K = schedule.num_workers;
-    const int r = group_->rank();
-    SP_CHECK(K == group_->size(), "schedule has ", K, " workers but the process group has ",
-             group_->size(), " ranks");
+    SP_CHECK(K == group_->partitions(), "schedule has ", K, " workers but the process group has ",
+             group_->partitions(), " ranks per replica");
     detail::check_stages(schedule, stages);
-    detail::use_worker_threads(context, r);
+    const int k = group_->partition();
+    const bool replicas = group_->replicas() > 1;
+    detail::use_worker_threads(context, k);
     const auto wiring = detail::Wiring::pipeline(stages);
-    GroupLinks links(*group_, wiring, schedule, r);
-    detail::WorkerLoop loop(schedule, wiring, r, *stages[r], links, context);
+    GroupLinks links(*group_, wiring, schedule, k, group_->replica() * K);
+    std::unique_ptr<detail::ReplicaPeers> peers;
+    SegmentContext own = context;
+    if (replicas) {
+      peers = detail::make_group_peers(*group_, *stages[k]);
+      if (k == 0) own = detail::agreed_input(*group_, context);
+    }
+    detail::WorkerLoop loop(schedule, wiring, k, *stages[k], links, own, peers.get());
     try {
       loop.run_all();
       group_->flush();
+      // Replica 1's statistics for evaluation and checkpoints, as DDP's broadcast gives them.
+      if (replicas) detail::broadcast_buffers(*group_, *stages[k]);
     } catch (...) {
-      stages[r]->clear_in_flight();
+      stages[k]->clear_in_flight();
       group_->mark_failed();
-      detail::rethrow_with_context(std::current_exception(), r, loop.current_step());
+      detail::rethrow_with_context(std::current_exception(), k, loop.current_step(), replicas ? group_->replica() : -1);
     }
     SegmentResult result;
     result.end_step = loop.cutoff();
@@ -487,30 +462,31 @@ std::unique_ptr<Executor> make_processes_executor(std::shared_ptr<ProcessGroup> 
 DistributedPrediction predict_distributed(ProcessGroup& group, const std::vector<Stage*>& stages,
                                           const torch::Tensor& input, const torch::Tensor& target,
                                           int64_t index) {
-  const int r = group.rank();
-  const int K = group.size();
+  const int r = group.partition();
+  const int K = group.partitions();
+  const int first = group.rank() - r;  // its replica's partition 1
   DistributedPrediction out;
   try {
     Stage& stage = *stages.at(r);
     const auto skips = eval_skips(detail::Wiring::pipeline(stages));
     StageTensors x;
-    x.main = r == 0 ? input : group.recv_tensor(r - 1, eval_tag(index, kEvalActivation)).tensor;
+    x.main = r == 0 ? input : group.recv_tensor(first + r - 1, eval_tag(index, kEvalActivation)).tensor;
     for (const std::string& name : stage.skip_inputs()) {
       const EvalSkip& skip = skips.at(name);
-      x.skips.push_back(group.recv_tensor(skip.source, eval_tag(index, skip.slot)).tensor);
+      x.skips.push_back(group.recv_tensor(first + skip.source, eval_tag(index, skip.slot)).tensor);
     }
     StageTensors y = stage.predict(x);
     for (size_t i = 0; i < y.skips.size(); ++i) {
       const EvalSkip& skip = skips.at(stage.skip_outputs()[i]);
-      group.send_tensor(y.skips[i], skip.destination, eval_tag(index, skip.slot), index);
+      group.send_tensor(y.skips[i], first + skip.destination, eval_tag(index, skip.slot), index);
     }
     if (r + 1 < K) {
-      group.send_tensor(y.main, r + 1, eval_tag(index, kEvalActivation), index);
-      if (r == 0) group.send_tensor(target, K - 1, eval_tag(index, kEvalTarget), index);
+      group.send_tensor(y.main, first + r + 1, eval_tag(index, kEvalActivation), index);
+      if (r == 0) group.send_tensor(target, first + K - 1, eval_tag(index, kEvalTarget), index);
       return out;
     }
     out.output = y.main;
-    out.target = r == 0 ? target : group.recv_tensor(0, eval_tag(index, kEvalTarget)).tensor;
+    out.target = r == 0 ? target : group.recv_tensor(first, eval_tag(index, kEvalTarget)).tensor;
   } catch (...) {
     group.mark_failed();
     throw;

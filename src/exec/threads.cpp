@@ -1,11 +1,14 @@
-// One thread per partition; pipeline registers are bounded channels between neighbours.
+// One thread per partition (of each replica); pipeline registers are bounded channels between
+// neighbours.
 #include <algorithm>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include <ATen/Parallel.h>
 
 #include "executors_impl.h"
+#include "replicas_impl.h"
 #include "stalepipe/common/channel.h"
 #include "worker_impl.h"
 
@@ -42,27 +45,37 @@ class ChannelLinks final : public detail::Links {
 
 SegmentResult ThreadsExecutor::run(const schedule::Schedule& schedule,
                                    std::vector<Stage*>& stages, const SegmentContext& context) {
-  detail::check_stages(schedule, stages);
   const int K = schedule.num_workers;
+  const int R = detail::replica_count(schedule, stages);
   const auto stats = schedule::analyze(schedule);
   std::vector<size_t> capacity;
   for (int k = 0; k + 1 < K; ++k) {
     capacity.push_back(static_cast<size_t>(stats.workers[k].max_in_flight) * schedule.micro_batches + 1);
   }
-  const auto wiring = detail::Wiring::pipeline(stages);
-  ChannelLinks links(wiring, capacity);
+  const auto wiring = detail::Wiring::pipeline({stages.begin(), stages.begin() + K});
+  std::vector<std::unique_ptr<ChannelLinks>> links;  // [replica]
+  for (int r = 0; r < R; ++r) links.push_back(std::make_unique<ChannelLinks>(wiring, capacity));
+  std::optional<detail::LocalReplicas> replicas;
+  if (R > 1) replicas.emplace(stages, K, context, /*blocking=*/true);
+  std::vector<SegmentContext> contexts;
+  for (int r = 0; r < R; ++r) contexts.push_back(replicas ? replicas->context_for(r) : context);
 
   std::mutex error_mutex;
   std::exception_ptr first_error;
   int error_worker = -1;
   int64_t error_step = -1;
   std::vector<detail::WorkerLoop> loops;
-  loops.reserve(K);
-  for (int k = 0; k < K; ++k) loops.emplace_back(schedule, wiring, k, *stages[k], links, context);
+  loops.reserve(stages.size());
+  for (int r = 0; r < R; ++r) {
+    for (int k = 0; k < K; ++k) {
+      loops.emplace_back(schedule, wiring, k, *stages[r * K + k], *links[r], contexts[r],
+                         replicas ? &replicas->peers(r, k) : nullptr);
+    }
+  }
 
-  auto body = [&](int k) {
-    detail::use_worker_threads(context, k);
-    auto& loop = loops[k];
+  auto body = [&](int i) {
+    detail::use_worker_threads(context, i % K);
+    auto& loop = loops[i];
     try {
       loop.run_all();
     } catch (const detail::Cancelled&) {
@@ -72,23 +85,25 @@ SegmentResult ThreadsExecutor::run(const schedule::Schedule& schedule,
         std::lock_guard<std::mutex> lock(error_mutex);
         if (!first_error) {
           first_error = std::current_exception();
-          error_worker = k;
+          error_worker = i;
           error_step = loop.current_step();
         }
       }
-      links.close_all();
+      for (auto& l : links) l->close_all();
+      if (replicas) replicas->close();
       if (context.on_abort) context.on_abort();
     }
   };
   std::vector<std::thread> threads;
-  threads.reserve(K);
-  for (int k = 0; k < K; ++k) threads.emplace_back(body, k);
+  threads.reserve(loops.size());
+  for (size_t i = 0; i < loops.size(); ++i) threads.emplace_back(body, static_cast<int>(i));
   for (auto& t : threads) t.join();
 
   if (first_error) {
     for (Stage* s : stages) s->clear_in_flight();
-    detail::rethrow_with_context(first_error, error_worker, error_step);
+    detail::rethrow_with_context(first_error, error_worker % K, error_step, R > 1 ? error_worker / K : -1);
   }
+  if (replicas) replicas->copy_buffers();
   SegmentResult result;
   result.end_step = loops[0].cutoff();
   result.stopped = result.end_step < schedule.end_step;

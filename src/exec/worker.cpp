@@ -1,5 +1,7 @@
 #include "worker_impl.h"
 
+#include "replicas_impl.h"
+
 #include <ATen/Parallel.h>
 #include <chrono>
 #include <algorithm>
@@ -18,8 +20,8 @@ double steady_seconds() {
 }  // namespace
 
 WorkerLoop::WorkerLoop(const schedule::Schedule& schedule, const Wiring& wiring, int worker,
-                       Stage& stage, Links& links, const SegmentContext& context)
-    : schedule_(schedule), worker_(worker), stage_(stage), links_(links), context_(context),
+                       Stage& stage, Links& links, const SegmentContext& context, ReplicaPeers* peers)
+    : schedule_(schedule), worker_(worker), stage_(stage), links_(links), context_(context), peers_(peers),
       cutoff_(schedule.end_step) {
   for (const Route& r : wiring.routes()) {
     const bool forward = r.lane == Lane::kActivation;
@@ -93,6 +95,7 @@ void WorkerLoop::execute(const schedule::Op& op) {
       backward(op.step, op.micro);
       break;
     case schedule::OpKind::kUpdate:
+      if (peers_) peers_->reduce_gradients(stage_, op.step);
       stage_.update(op.step, context_.lr(op.step));
       break;
   }
@@ -119,10 +122,10 @@ Message WorkerLoop::next_input(int64_t step, int micro) {
       in.stop = true;
       return in;
     }
-    batch_samples_ = batch.x.size(0);
+    batch_samples_ = batch.batch_samples > 0 ? batch.batch_samples : batch.x.size(0);
     const int M = schedule_.micro_batches;
-    SP_CHECK(batch_samples_ >= M, "mini-batch ", step, " has ", batch_samples_,
-             " samples, fewer than its ", M, " micro-batches");
+    SP_CHECK(batch.x.size(0) >= M, "mini-batch ", step, " has ", batch.x.size(0),
+             " samples here, fewer than its ", M, " micro-batches");
     if (M == 1) {
       micro_x_ = {std::move(batch.x)};
       micro_target_ = {std::move(batch.target)};
@@ -240,12 +243,16 @@ void WorkerLoop::read_losses() {
     total.scored += l.score.scored;
     total.samples += l.samples;
     const bool step_ends = i + 1 == losses.size() || steps[i + 1] != steps[i];
-    if (step_ends && context_.on_step) {
-      StepLoss report = total;
-      report.step = steps[i];
-      report.loss /= static_cast<double>(report.samples);
-      context_.on_step(report.step, report);
+    if (!step_ends) continue;
+    StepLoss report = total;
+    report.step = steps[i];
+    report.loss /= static_cast<double>(report.samples);
+    if (peers_) {  // this replica's slice: the whole mini-batch's loss comes out at one replica
+      std::optional<StepLoss> whole = peers_->combine_loss(report);
+      if (!whole) continue;
+      report = *whole;
     }
+    if (context_.on_step) context_.on_step(report.step, report);
   }
 }
 
@@ -261,9 +268,9 @@ void check_stages(const schedule::Schedule& schedule, const std::vector<Stage*>&
            schedule.num_workers, " workers but there are ", stages.size(), " partitions");
 }
 
-void rethrow_with_context(std::exception_ptr error, int worker, int64_t step) {
-  const std::string where =
-      c10::str("partition ", worker + 1, ", mini-batch ", step, ": ");
+void rethrow_with_context(std::exception_ptr error, int worker, int64_t step, int replica) {
+  const std::string where = c10::str(replica >= 0 ? c10::str("replica ", replica + 1, ", ") : std::string(),
+                                     "partition ", worker + 1, ", mini-batch ", step, ": ");
   try {
     std::rethrow_exception(error);
   } catch (const UsageError& e) {

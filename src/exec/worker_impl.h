@@ -14,6 +14,8 @@
 
 namespace stalepipe::exec::detail {
 
+class ReplicaPeers;
+
 // Thrown inside a worker when another worker failed; never reaches the user.
 struct Cancelled : std::exception {
   const char* what() const noexcept override { return "pipeline cancelled"; }
@@ -23,8 +25,9 @@ struct Cancelled : std::exception {
 // mini-batches (schedule.end_step if it was not stopped).
 class WorkerLoop {
  public:
+  // peers: the other replicas of this worker's partition (replicas_impl.h); null with one.
   WorkerLoop(const schedule::Schedule& schedule, const Wiring& wiring, int worker, Stage& stage,
-             Links& links, const SegmentContext& context);
+             Links& links, const SegmentContext& context, ReplicaPeers* peers = nullptr);
 
   // Runs operation i of this worker (in program order), on the stage's stream; reports it to
   // context.on_op if set.
@@ -67,6 +70,7 @@ class WorkerLoop {
   std::vector<const Route*> skips_in_, skips_out_;
   std::vector<const Route*> gradients_in_, gradients_out_;
   const SegmentContext& context_;
+  ReplicaPeers* peers_;
   int64_t cutoff_;
   int64_t current_step_ = -1;
   double op_start_ = 0;  // start of the current op's compute, for context.on_op
@@ -85,7 +89,8 @@ void use_worker_threads(const SegmentContext& context, int worker);
 // Throws RuntimeError unless there is one stage per worker of the schedule.
 void check_stages(const schedule::Schedule& schedule, const std::vector<Stage*>& stages);
 
-// Adds "partition k, mini-batch t: " to an exception's message, keeping its kind.
-[[noreturn]] void rethrow_with_context(std::exception_ptr error, int worker, int64_t step);
+// Adds "[replica r, ]partition k, mini-batch t: " to an exception's message, keeping its kind
+// (replica < 0: one pipeline).
+[[noreturn]] void rethrow_with_context(std::exception_ptr error, int worker, int64_t step, int replica = -1);
 
 }  // namespace stalepipe::exec::detail

@@ -41,6 +41,9 @@ void make_dropout_exact(const std::string& model, size_t index, Unit& unit) {
 SequentialUnitImpl::SequentialUnitImpl(torch::nn::Sequential seq)
     : seq_(register_module("seq", std::move(seq))) {}
 
+// Cloneable: an empty Sequential the clone then fills with copies of the original's layers.
+void SequentialUnitImpl::reset() { seq_ = register_module("seq", torch::nn::Sequential()); }
+
 torch::Tensor SequentialUnitImpl::forward(torch::Tensor x) { return seq_->forward(std::move(x)); }
 
 int count_weight_layers(const torch::nn::Module& module) {

@@ -271,10 +271,8 @@ Model load_children(const torch::jit::Module& script, const std::string& path, c
   return model;
 }
 
-}  // namespace
-
-Model load_torchscript(const std::string& path, const InputShape& input) {
-  torch::jit::Module script = read_script(path);
+// `path` names the file in messages; the model is named after its stem.
+Model model_of_script(const torch::jit::Module& script, const std::string& path, const InputShape& input) {
   SP_CHECK_ARG(script.named_children().size() > 0, path,
                ": the scripted module has no child modules; stalepipe makes one unit of each "
                "top-level child, e.g. of each layer of a torch.nn.Sequential");
@@ -284,6 +282,19 @@ Model load_torchscript(const std::string& path, const InputShape& input) {
   check_units_compute_forward(script, model, path);
   model.script = std::make_shared<torch::jit::Module>(script);
   return model;
+}
+
+}  // namespace
+
+Model load_torchscript(const std::string& path, const InputShape& input) {
+  return model_of_script(read_script(path), path, input);
+}
+
+Model copy_torchscript(const Model& model) {
+  SP_CHECK_ARG(model.script != nullptr, "model ", model.name, " was not loaded from TorchScript");
+  Model copy = model_of_script(model.script->clone(), model.name, model.input);
+  copy.name = model.name;
+  return copy;
 }
 
 void save_torchscript(const Model& model, const std::string& path) {

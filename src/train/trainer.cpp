@@ -61,10 +61,17 @@ void build(Run& run) {
   run.data = load_run_data(o.data(), o.optimizer().loss(), o.run().seed(), resolved_data_threads(o), cuda_input,
                            run.recorded_folder);
   const int64_t last_batch = run.data.sources.train->size() % d.batch_size();
-  const int M = o.pipeline().micro_batches();
-  SP_CHECK_ARG(d.drop_last() || last_batch == 0 || last_batch >= M, "PipelineOptions::micro_batches ", M,
-               ": the last mini-batch of each epoch has only ", last_batch,
-               " samples; set DataOptions::drop_last or another DataOptions::batch_size");
+  const int M = o.pipeline().micro_batches(), R = o.pipeline().replicas();
+  SP_CHECK_ARG(d.drop_last() || last_batch == 0 || last_batch >= M * R,
+               field_name(R > 1 ? Field::replicas : Field::micro_batches), " ", R > 1 ? R : M,
+               R > 1 && M > 1 ? c10::str(" x ", M, " micro-batches") : "", ": the last mini-batch of each epoch has only ",
+               last_batch, " samples; set DataOptions::drop_last or another DataOptions::batch_size");
+  if (o.pipeline().executor() == ExecutorKind::kProcesses && R > 1) {
+    // Each replica's first rank reads only its slice of every mini-batch.
+    const data::Loader& whole = *run.data.train_loader;
+    run.data.train_loader = std::make_unique<data::Loader>(
+        whole.shared_source(), data::LoaderOptions(whole.options()).shard_index(own_replica(o.pipeline())).shard_count(R));
+  }
 
   const auto shape = run.data.train_loader->output_shape();
   models::InputShape input;
@@ -105,6 +112,22 @@ std::string schedule_name(const PipelineTrainer& t) {
   return t.plan().num_partitions() == 1 ? "sequential" : schedule::to_string(t.options().pipeline().schedule());
 }
 
+// Where the replicas run: R x K workers here, or which ranks run which replica.
+void log_replicas(const Run& run, const std::function<void(const std::string&)>& log) {
+  const PipelineInfo& info = run.trainer->info();
+  const int R = info.replicas, K = static_cast<int>(info.units.size());
+  log(c10::str("  replicas ", R, ": each trains on its 1/", R, " of every mini-batch of ", run.options.data().batch_size(),
+               " and sums its gradients with the others' before each update"));
+  if (run.options.pipeline().executor() != ExecutorKind::kProcesses) {
+    log(c10::str("    ", R * K, " workers in this process"));
+    return;
+  }
+  for (int r = 0; r < R; ++r) {
+    log(c10::str("    replica ", r + 1, ": rank", K > 1 ? c10::str("s ", r * K, "-", r * K + K - 1) : c10::str(" ", r),
+                 K > 1 ? c10::str(" (partitions 1-", K, ")") : std::string()));
+  }
+}
+
 // The start-up lines: data, model, each partition, the pipeline.
 void log_setup(Run& run, const std::function<void(const std::string&)>& log) {
   const PipelineTrainer& t = *run.trainer;
@@ -124,6 +147,7 @@ void log_setup(Run& run, const std::function<void(const std::string&)>& log) {
   log(c10::str("  pipeline ", partition::format_ppv(info.ppv), ": ", info.units.size(), " partitions, schedule ",
                schedule_name(t), ", stale weights ", info.stale_weight_percent, "%",
                info.hybrid_switch_step >= 0 ? c10::str(", switch to sequential at step ", info.hybrid_switch_step) : ""));
+  if (info.replicas > 1) log_replicas(run, log);
 }
 
 nlohmann::json summary_json(Run& run, const TrainResult& r) {

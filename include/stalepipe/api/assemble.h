@@ -47,9 +47,19 @@ Assembly plan_pipeline(models::Model& model, const Options& options, bool want_p
 
 // plan_pipeline, then the stages: the model's units shared (not copied) and moved to their
 // devices, one SGD per partition from options.optimizer (anneal steps: delay_lr_anneal_epochs
-// x steps_per_epoch), the loss on the last.
+// x steps_per_epoch), the loss on the last. replica: which copy of the pipeline the stages are
+// (PipelineOptions::replicas); it chooses their random numbers (replica_seed).
 Assembly assemble(models::Model& model, const Options& options, int64_t steps_per_epoch = 0,
-                  bool want_profile = false);
+                  bool want_profile = false, int replica = 0);
+
+// The stages of another copy of the network cut as `a` is: what assemble() builds, for
+// replica `replica`.
+std::unique_ptr<exec::Pipeline> build_stages(models::Model& model, const Assembly& a, const Options& options,
+                                             int64_t steps_per_epoch, int replica);
+
+// The seed the stages of replica r draw their random numbers (dropout) from: the run's seed
+// for replica 0, unrelated seeds for the others, so that the replicas' masks differ.
+uint64_t replica_seed(uint64_t seed, int replica);
 
 // The per-partition SGD settings the option tree implies.
 optim::SgdOptions sgd_options(const OptimizerOptions& options, int64_t steps_per_epoch);

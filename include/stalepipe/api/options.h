@@ -116,6 +116,12 @@ struct TrainingPoint {
 //   agreement). A run directory records the layout that ran; a config.json without one was
 //   written before the per-model default, in NCHW (or with the earlier key "channels_last":
 //   true), and is read that way, so older runs resume as they ran.
+// replicas: R copies of the K-partition pipeline (pipeline x data parallelism). Each takes
+//   its slice of every mini-batch (the global batch stays batch_size); before each update the
+//   R copies of a partition sum their gradients in replica order, so their weights stay equal
+//   bit for bit and the staleness is the one pipeline's (docs/design.md, "Replicas"). Threads
+//   and emulated run R x K workers in this process; processes run R x K ranks, rank r x K + k
+//   being partition k + 1 of replica r.
 // recompute (activation checkpointing): the units through this weight layer keep no
 //   activations from forward to backward, which recomputes them (exec/stage.h). The trained
 //   weights are the same bit for bit; a partition with mini-batches in flight keeps less, and
@@ -135,6 +141,8 @@ struct TrainingPoint {
   X(bool, hybrid_norm_reset, false, "hybrid_norm_reset", Plain,                                    \
     "hybrid: at the switch, weights that feed a batch norm get back their initial norm")           \
   X(int, micro_batches, 1, "micro_batches", Plain, "gpipe: micro-batches per mini-batch")          \
+  X(int, replicas, 1, "replicas", Plain,                                                           \
+    "R data-parallel copies of the pipeline, each training on its 1/R of every mini-batch; their gradients are summed before each update") \
   X(ExecutorKind, executor, ExecutorKind::kThreads, "executor", Name,                              \
     "emulated (reference, one thread) | threads (one thread per partition) | processes (one rank per partition)") \
   X(std::vector<torch::Device>, devices, {}, "devices", DevicesText,                               \
@@ -271,8 +279,14 @@ Layout layout_from_name(const std::string& name, const std::string& field = "Pip
 Layout resolved_layout(Layout asked, const std::string& zoo_model);
 Layout resolved_layout(const Options& options);
 
-// The total intra-op thread count `threads` stands for (0: all cores), and each partition's.
+// The total intra-op thread count `threads` stands for (0: all cores), and each worker's
+// (partitions x replicas share them).
 int resolved_threads(const PipelineOptions& options);
 int threads_per_worker(const PipelineOptions& options, int partitions);
+
+// The replica this process runs: with the processes executor rank / (world size / replicas)
+// (UsageError when replicas does not divide the world size), else 0 (local executors run
+// every replica).
+int own_replica(const PipelineOptions& options);
 
 }  // namespace stalepipe

@@ -72,6 +72,8 @@ struct CheckpointInfo;
 
 namespace stalepipe {
 
+struct Assembly;
+
 using exec::StepLoss;
 
 // After each epoch (its drain and, with a test source, its evaluation).
@@ -116,6 +118,7 @@ struct PipelineInfo {
   std::vector<int> weight_versions;          // weight copies held at once (> 1 when stashing)
   std::vector<int> threads_per_worker;
   std::vector<torch::Device> devices;
+  int replicas = 1;                          // copies of the pipeline (PipelineOptions::replicas)
   double stale_weight_percent = 0;           // share of parameters in partitions with d_k > 0
   int lag = 0;  // feed() of step t returns the loss of step t - lag (0 without pipelining)
   int64_t hybrid_switch_step = -1;           // first sequential step of a hybrid run
@@ -244,6 +247,8 @@ class PipelineTrainer {
   const PipelineInfo& info() const { return info_; }
   const Options& options() const { return options_; }
   exec::Pipeline& pipeline() { return *pipeline_; }
+  // This process's copies of the pipeline, replica 0 (or this rank's replica) first.
+  std::vector<exec::Pipeline*> pipelines();
   exec::Executor& executor() { return *executor_; }
   exec::Group& group() { return *group_; }
   // The learning rate of global step t.
@@ -282,6 +287,7 @@ class PipelineTrainer {
   friend class RangeSource;
 
   void build_lr(int64_t steps_per_epoch);
+  void build_replicas(const Assembly& a);
   void build_executor();
   void describe();
   void check_usable(const char* what) const;
@@ -324,7 +330,12 @@ class PipelineTrainer {
   schedule::ScheduleKind kind_ = schedule::ScheduleKind::kStale;  // before any hybrid switch
   partition::Plan plan_;
   PipelineInfo info_;
-  std::unique_ptr<exec::Pipeline> pipeline_;
+  std::unique_ptr<exec::Pipeline> pipeline_;  // replica 0 (with processes: this rank's replica)
+  // Replicas 1..R-1 in this process (local executors) and their networks; every replica's
+  // stages, replica after replica, as the executor runs them.
+  std::vector<models::Model> replica_models_;
+  std::vector<std::unique_ptr<exec::Pipeline>> replicas_;
+  std::vector<exec::Stage*> all_stages_;
   std::unique_ptr<exec::Executor> executor_;
   std::unique_ptr<exec::Group> group_;
   std::function<double(int64_t)> lr_;

@@ -55,6 +55,10 @@ struct LoaderOptions {
   TORCH_ARG(bool, shuffle) = true;       // false: samples in stored order every epoch
   TORCH_ARG(bool, drop_last) = false;    // true: drop a partial last batch
   TORCH_ARG(uint64_t, seed) = 0;
+  // Data parallelism: each batch holds only slice shard_index of shard_count (common/slices.h)
+  // of the samples the whole batch would hold, augmented alike; Batch::samples counts them all.
+  TORCH_ARG(int, shard_index) = 0;
+  TORCH_ARG(int, shard_count) = 1;
   // CIFAR-style augmentation: pad kAugmentPad, random H x W crop, random horizontal flip.
   TORCH_ARG(bool, augment) = false;
   // If > 0, a side smaller than pad_to is zero-padded, centred, to pad_to (28 -> 32 adds 2 on
@@ -83,6 +87,7 @@ struct Batch {
   int64_t index = 0;  // batch index within the epoch
   torch::Tensor x;    // float32 [B, C, H', W']
   torch::Tensor y;    // int64 [B]
+  int64_t samples = 0;  // of the whole batch, of which x and y hold this shard's slice
 };
 
 class Loader {

@@ -87,6 +87,11 @@ ShardDigest save_checkpoint_shard(const std::string& run_dir, Stage& stage, int 
 void write_checkpoint_manifest(const std::string& run_dir, const CheckpointInfo& info,
                                const std::vector<ShardDigest>& digests);
 
+// A stage's weights, buffers and optimizer state as bytes, and back: how the replicas of a
+// partition take replica 1's state (load_stage_state throws RuntimeError for bytes that are
+// not such a state).
+std::string stage_state(Stage& stage);
+void load_stage_state(Stage& stage, const std::string& bytes);
 // Whether run_dir holds a checkpoint manifest (good or not).
 bool has_checkpoint(const std::string& run_dir);
 

@@ -28,6 +28,9 @@ namespace stalepipe::exec {
 struct Input {
   torch::Tensor x;       // [B, C, H, W] float
   torch::Tensor target;  // [B, ...]: any tensor the loss takes (class indices for the default)
+  // The samples of the whole mini-batch when x is one replica's slice of it (the loss of each
+  // slice counts by its share of them); 0: x is the whole mini-batch.
+  int64_t batch_samples = 0;
 };
 
 // Everything a segment run needs besides the stages.

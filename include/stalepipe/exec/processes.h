@@ -6,6 +6,13 @@
 // for bit on CPU. Rank 0 reads the data and feeds partition 1; the target travels with the
 // activations rank by rank to the last partition.
 //
+// Replicas (PipelineOptions::replicas R): R x K ranks, rank r x K + k running partition k of
+// replica r. Each replica's first rank reads its own slice of every mini-batch; the R ranks
+// of a partition gather their gradients before each update and add them up in replica order
+// (exec/replicas: the same bits as R x K threads); replica 1's first rank decides where the
+// segment stops and tells the others; the losses of a mini-batch's slices meet at replica 1's
+// last rank. At a segment's end replica 1's buffers (batch-norm statistics) go to the others.
+//
 // Messages: each register value is a fixed-size int64 header (step, stop flag, dtype, shape)
 // followed by the payload; tags carry the step, so matching never depends on arrival order.
 // Sends are asynchronous (a send completes only once the peer posts its receive, so a blocking
@@ -53,7 +60,10 @@ class ProcessGroup {
   // config_hash and waits up to timeout_seconds for all ranks, then compares with rank 0's.
   // Throws RuntimeError for a port in use, an unreachable master, missing ranks (named) or a
   // configuration mismatch (both hashes named).
-  ProcessGroup(const ProcessGroupOptions& options, const std::string& config_hash);
+  // replicas: R copies of the pipeline (PipelineOptions::replicas); rank r x K + k runs
+  // partition k of replica r (K = world size / R, UsageError if R does not divide it), and the
+  // R ranks of each partition form a group of their own for their gradient sums.
+  ProcessGroup(const ProcessGroupOptions& options, const std::string& config_hash, int replicas = 1);
   // A group that failed is abandoned, not torn down: Gloo's destructor may wait for peers
   // that are gone.
   ~ProcessGroup();
@@ -62,6 +72,10 @@ class ProcessGroup {
 
   int rank() const { return rank_; }
   int size() const { return size_; }
+  int replicas() const { return replicas_; }
+  int partitions() const { return size_ / replicas_; }  // of one replica
+  int replica() const { return rank_ / partitions(); }
+  int partition() const { return rank_ % partitions(); }
   std::chrono::milliseconds timeout() const { return timeout_; }
 
   // Asynchronous send of a contiguous CPU copy of `tensor` to rank `dst` under `tag`.
@@ -85,6 +99,14 @@ class ProcessGroup {
   // Gives `tensor` (same shape and dtype on every rank, CPU) rank `root`'s value.
   void broadcast(torch::Tensor& tensor, int root);
   void barrier();
+  // The replicas of this rank's partition (replica order). gather_replicas starts giving
+  // every one of them all their `tensor`s (same shape and dtype, CPU); finish_gather waits and
+  // returns them in replica order. Several gathers may be in flight; finish them in order.
+  struct PendingGather;
+  std::unique_ptr<PendingGather> gather_replicas(const torch::Tensor& tensor);
+  std::vector<torch::Tensor> finish_gather(PendingGather& gather);
+  // Gives `tensor` (CPU) replica 1's value in every replica of this rank's partition.
+  void broadcast_from_first_replica(torch::Tensor& tensor);
   // Marks the group failed (see the destructor).
   void mark_failed() { failed_ = true; }
 
@@ -95,8 +117,12 @@ class ProcessGroup {
   void connect_store(const ProcessGroupOptions& o, const std::string& where);
   void compare_configs(const std::string& config_hash, const std::string& where, int timeout_seconds);
   void connect_gloo(const ProcessGroupOptions& o, const std::string& where);
+  void connect_replicas(const std::string& where);
+  // The rank a failed collective of the replica group waited for: the other one of two, else
+  // unknown (-1).
+  int other_replica() const;
 
-  int rank_ = 0, size_ = 1;
+  int rank_ = 0, size_ = 1, replicas_ = 1;
   std::chrono::milliseconds timeout_{60000};
   struct Impl;  // the c10d objects; keeps Gloo's headers out of this one
   std::unique_ptr<Impl> impl_;

@@ -69,4 +69,10 @@ class Model {
   int64_t num_parameters() const;
 };
 
+// A copy with modules of its own (parameters and buffers copied, the global RNG left as it
+// was): a second replica of the network in this process. Units must be torch::nn::Cloneable
+// (the zoo's, torch::nn's, a ModelBuilder Sequential) or come from TorchScript; UsageError
+// naming the first unit that is neither.
+Model independent_copy(const Model& model);
+
 }  // namespace stalepipe::models

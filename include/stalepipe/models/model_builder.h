@@ -24,6 +24,7 @@
 #include <utility>
 #include <vector>
 
+#include <torch/nn/cloneable.h>
 #include <torch/arg.h>
 #include <torch/nn/modules/container/any.h>
 #include <torch/nn/modules/container/sequential.h>
@@ -46,9 +47,10 @@ struct UnitOptions {
 
 // Holds a torch::nn::Sequential as a unit (Sequential's templated forward cannot be stored in
 // an AnyModule directly). Its parameters are named "<unit>.seq.<i>.<name>".
-class SequentialUnitImpl : public torch::nn::Module {
+class SequentialUnitImpl : public torch::nn::Cloneable<SequentialUnitImpl> {
  public:
   explicit SequentialUnitImpl(torch::nn::Sequential seq);
+  void reset() override;
   torch::Tensor forward(torch::Tensor x);
   torch::nn::Sequential& sequential() { return seq_; }
 

@@ -66,6 +66,9 @@ namespace stalepipe::models {
 //    archive, truncated, written by an incompatible PyTorch): one line naming `path`.
 Model load_torchscript(const std::string& path, const InputShape& input);
 
+// The same network with a deep copy of the scripted module's tensors (models::independent_copy).
+Model copy_torchscript(const Model& model);
+
 // Writes `model`'s scripted module with its current (trained) tensors to `path`, in eval
 // mode, so that torch.jit.load(path) in Python evaluates what the Model's units compute; the
 // model's own train/eval mode is left as it was. Throws UsageError when `model` did not come

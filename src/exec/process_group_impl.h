@@ -1,0 +1,83 @@
+// ProcessGroup's c10d objects, shared by the files that implement it (processes.cpp, the
+// point-to-point messages and the pipeline; replica_group.cpp, the replicas' collectives).
+// Private to src/exec; only these files include Gloo's headers (Debian's LibTorch is built with
+// Gloo, but ProcessGroupGloo.hpp hides its contents unless USE_C10D_GLOO is defined).
+#pragma once
+
+#ifndef USE_C10D_GLOO
+#define USE_C10D_GLOO 1
+#endif
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include "stalepipe/exec/processes.h"
+
+namespace stalepipe::exec {
+
+// "rank 2 (partition 3)", or with replicas "rank 5 (replica 2, partition 3)" (1-based numbers
+// of partitions and replicas, as the user counts them); "a rank" for a negative rank.
+std::string describe(int rank, int partitions, int replicas);
+
+// A send still in flight: the tensor must outlive it.
+struct PendingSend {
+  torch::Tensor tensor;
+  c10::intrusive_ptr<c10d::Work> work;
+  int peer = 0;
+};
+
+struct ProcessGroup::Impl {
+  c10::intrusive_ptr<c10d::Store> store;
+  c10::intrusive_ptr<c10d::ProcessGroupGloo> group;
+  // Sends are posted at once and waited for, in order, by the reaper thread, which only
+  // releases their tensors: delivery never waits for the reaper.
+  std::mutex mutex;
+  std::condition_variable changed;
+  std::deque<PendingSend> pending;
+  bool busy = false, closing = false;
+  std::string error;  // first failure of a send, with the peer named
+  std::thread reaper;
+  int partitions = 1;  // of each replica: rank r x partitions + k runs partition k of replica r
+  int replicas = 1;
+  // The ranks of this rank's partition in every replica (replica order), for the gradient sums.
+  c10::intrusive_ptr<c10d::ProcessGroupGloo> replica_group;
+  c10::intrusive_ptr<c10d::ProcessGroupGloo::Options> gloo_options;  // the devices both groups use
+
+  void reap(std::chrono::milliseconds timeout, int timeout_seconds) {
+    std::unique_lock<std::mutex> lock(mutex);
+    for (;;) {
+      changed.wait(lock, [&] { return closing || !pending.empty(); });
+      if (pending.empty()) return;
+      PendingSend send = std::move(pending.front());
+      pending.pop_front();
+      busy = true;
+      lock.unlock();
+      std::string failure;
+      try {
+        if (!send.work->wait(timeout)) throw std::runtime_error("the send was aborted");
+      } catch (const std::exception& e) {
+        failure = c10::str(describe(send.peer, partitions, replicas), " did not take a message within ",
+                           timeout_seconds, " s (it died, hangs or failed): ", e.what());
+      }
+      send = PendingSend();
+      lock.lock();
+      busy = false;
+      if (!failure.empty() && error.empty()) error = failure;
+      changed.notify_all();
+    }
+  }
+};
+
+
+struct ProcessGroup::PendingGather {
+  std::vector<std::vector<torch::Tensor>> outputs;  // [0][replica]
+  std::vector<torch::Tensor> input;
+  c10::intrusive_ptr<c10d::Work> work;
+};
+
+}  // namespace stalepipe::exec

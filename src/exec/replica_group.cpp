@@ -1,0 +1,164 @@
+// The processes executor's replicas: the group of each partition's R ranks (gradient sums,
+// batch-norm statistics, the state a resumed run starts from) and the messages that keep R
+// pipelines in step (where to stop, the loss of each mini-batch).
+#include <sstream>
+
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+
+#include "process_group_impl.h"
+#include "replicas_impl.h"
+#include "stalepipe/common/error.h"
+#include "stalepipe/exec/checkpoint.h"
+
+namespace stalepipe::exec {
+namespace {
+
+// Tags above those of the pipeline's messages and evaluation (processes.cpp): per mini-batch
+// one for replica 1's word on stopping, one for each replica's loss (two tags a message).
+constexpr int kStopTags = 3 << 28;
+constexpr int kLossTags = kStopTags + (1 << 26);
+int control_tag(int base, int64_t step) { return base + static_cast<int>(step % (1 << 24)) * 2; }
+
+}  // namespace
+
+void ProcessGroup::connect_replicas(const std::string& where) {
+  const int k = partition();
+  try {
+    impl_->replica_group = c10::make_intrusive<c10d::ProcessGroupGloo>(
+        c10::make_intrusive<c10d::PrefixStore>(c10::str("replicas-", k), impl_->store), replica(), replicas_,
+        impl_->gloo_options);
+  } catch (const std::exception& e) {
+    throw RuntimeError(c10::str(describe(rank_, partitions(), replicas_), ": cannot connect the ", replicas_,
+                                " replicas of partition ", k + 1, " (rendezvous ", where, "): ", e.what()));
+  }
+}
+
+int ProcessGroup::other_replica() const {
+  return replicas_ == 2 ? (1 - replica()) * partitions() + partition() : -1;
+}
+
+std::unique_ptr<ProcessGroup::PendingGather> ProcessGroup::gather_replicas(const torch::Tensor& tensor) {
+  auto g = std::make_unique<PendingGather>();
+  g->input = {tensor.contiguous()};
+  g->outputs.resize(1);
+  for (int r = 0; r < replicas_; ++r) g->outputs[0].push_back(torch::empty_like(g->input[0]));
+  try {
+    g->work = impl_->replica_group->allgather(g->outputs, g->input);
+  } catch (const std::exception& e) {
+    fail(other_replica(), "sum gradients with the other replicas", e);
+  }
+  return g;
+}
+
+std::vector<torch::Tensor> ProcessGroup::finish_gather(PendingGather& gather) {
+  try {
+    if (!gather.work->wait(timeout_)) throw std::runtime_error("the gather was aborted");
+  } catch (const std::exception& e) {
+    fail(other_replica(), "sum gradients with the other replicas", e);
+  }
+  return std::move(gather.outputs[0]);
+}
+
+void ProcessGroup::broadcast_from_first_replica(torch::Tensor& tensor) {
+  std::vector<at::Tensor> tensors{tensor.is_contiguous() ? tensor : tensor.contiguous()};
+  c10d::BroadcastOptions options;
+  options.rootRank = 0;
+  try {
+    if (!impl_->replica_group->broadcast(tensors, options)->wait(timeout_)) {
+      throw std::runtime_error("the broadcast was aborted");
+    }
+  } catch (const std::exception& e) {
+    fail(other_replica(), "share replica 1's state", e);
+  }
+  if (!tensor.is_same(tensors[0])) tensor.copy_(tensors[0]);
+}
+
+namespace detail {
+namespace {
+
+class GroupReplicaPeers final : public ReplicaPeers {
+ public:
+  GroupReplicaPeers(ProcessGroup& group, Stage& stage) : group_(group), buckets_(stage.optimizer().params()) {}
+
+  // Every bucket's gather is started before the first is waited for, so that Gloo moves them
+  // one after another while this thread adds up those already here.
+  void reduce_gradients(Stage&, int64_t) override {
+    std::vector<std::unique_ptr<ProcessGroup::PendingGather>> gathers;
+    for (size_t b = 0; b < buckets_.size(); ++b) gathers.push_back(group_.gather_replicas(buckets_.pack(b)));
+    for (size_t b = 0; b < buckets_.size(); ++b) buckets_.unpack(b, sum_in_order(group_.finish_gather(*gathers[b])));
+  }
+
+  std::optional<StepLoss> combine_loss(const StepLoss& loss) override {
+    const int last = group_.partitions() - 1;
+    const int tag = control_tag(kLossTags, loss.step);
+    if (group_.replica() > 0) {
+      const torch::Tensor values = torch::tensor({loss.loss, static_cast<double>(loss.correct),
+                                                  static_cast<double>(loss.scored), static_cast<double>(loss.samples)},
+                                                 torch::kDouble);
+      group_.send_tensor(values, last, tag, loss.step);
+      return std::nullopt;
+    }
+    std::vector<StepLoss> slices{loss};
+    for (int r = 1; r < group_.replicas(); ++r) {
+      const torch::Tensor v = group_.recv_tensor(r * group_.partitions() + last, tag).tensor;
+      const double* at = v.data_ptr<double>();
+      StepLoss s;
+      s.step = loss.step;
+      s.loss = at[0];
+      s.correct = static_cast<int64_t>(at[1]);
+      s.scored = static_cast<int64_t>(at[2]);
+      s.samples = static_cast<int64_t>(at[3]);
+      slices.push_back(s);
+    }
+    return combine_losses(slices);
+  }
+
+ private:
+  ProcessGroup& group_;
+  GradientBuckets buckets_;
+};
+
+}  // namespace
+
+std::unique_ptr<ReplicaPeers> make_group_peers(ProcessGroup& group, Stage& stage) {
+  return std::make_unique<GroupReplicaPeers>(group, stage);
+}
+
+// Replica 1's first rank alone reads the stop flag, and tells the other replicas' first ranks
+// before each mini-batch whether it enters: all R pipelines stop at the same step.
+SegmentContext agreed_input(ProcessGroup& group, const SegmentContext& context) {
+  SegmentContext c = context;
+  c.stop = nullptr;
+  c.input = [&group, &context](int64_t step) {
+    const int K = group.partitions();
+    const int tag = control_tag(kStopTags, step);
+    bool stop = false;
+    if (group.replica() == 0) {
+      stop = context.stop && context.stop->load();
+      for (int r = 1; r < group.replicas(); ++r) group.send_tensor({}, r * K, tag, step, stop);
+    } else {
+      stop = group.recv_tensor(0, tag).stop;
+    }
+    return stop ? Input{} : context.input(step);
+  };
+  return c;
+}
+
+void broadcast_buffers(ProcessGroup& group, Stage& stage) {
+  torch::NoGradGuard no_grad;
+  for (torch::Tensor b : stage.module()->buffers()) group.broadcast_from_first_replica(b);
+}
+
+void share_stage_state(ProcessGroup& group, Stage& stage) {
+  const bool first = group.replica() == 0;
+  const std::string bytes = first ? stage_state(stage) : std::string();
+  torch::Tensor size = torch::tensor({static_cast<int64_t>(bytes.size())}, torch::kLong);
+  group.broadcast_from_first_replica(size);
+  torch::Tensor data = first ? torch::from_blob(const_cast<char*>(bytes.data()), {size.item<int64_t>()}, torch::kUInt8).clone()
+                             : torch::empty({size.item<int64_t>()}, torch::kUInt8);
+  group.broadcast_from_first_replica(data);
+  if (!first) load_stage_state(stage, std::string(static_cast<const char*>(data.data_ptr()), data.numel()));
+}
+
+}  // namespace detail
+}  // namespace stalepipe::exec
