@@ -23,6 +23,7 @@ class LocalGroup : public Group {
   }
   void barrier() override {}
   void gather_partitions(std::vector<int64_t>&) override {}
+  std::vector<int64_t> gather_processes(int64_t value) override { return {value}; }
   std::pair<torch::Tensor, torch::Tensor> predict(Pipeline& pipeline, const torch::Tensor& x,
                                                   const torch::Tensor& target, int64_t) override {
     torch::Tensor out = pipeline.predict(x);
@@ -55,6 +56,15 @@ class RankGroup : public Group {
       group_->broadcast(slice, r);
       for (size_t i = 0; i < n; ++i) values[r * n + i] = slice[static_cast<int64_t>(i)].item<int64_t>();
     }
+  }
+  std::vector<int64_t> gather_processes(int64_t value) override {
+    std::vector<int64_t> all;
+    for (int r = 0; r < group_->size(); ++r) {
+      auto t = torch::tensor({value}, torch::kLong);
+      group_->broadcast(t, r);
+      all.push_back(t.item<int64_t>());
+    }
+    return all;
   }
   std::pair<torch::Tensor, torch::Tensor> predict(Pipeline& pipeline, const torch::Tensor& x,
                                                   const torch::Tensor& target,

@@ -57,16 +57,12 @@ void check_unchanged(const ModelFile& recorded) {
                "; put the original file back or start a new run");
 }
 
-void check_same_on_every_rank(exec::Group& group, int partitions, const ModelFile& file) {
-  std::vector<int64_t> crcs(static_cast<size_t>(partitions), 0);
-  for (int k = 0; k < partitions; ++k) {
-    if (group.owns(k)) crcs[k] = crc_of_digest(file.digest);
-  }
-  group.gather_partitions(crcs);
-  for (int k = 1; k < partitions; ++k) {
-    auto digest = [&](int r) { return "crc32:" + crc32_hex(static_cast<uint32_t>(crcs[r])); };
-    SP_CHECK_ARG(crcs[k] == crcs[0], "model file ", file.path, ": rank ", k, " loaded content with digest ",
-                 digest(k), ", rank 0 ", digest(0), "; give every rank the same file");
+void check_same_on_every_rank(exec::Group& group, const ModelFile& file) {
+  const std::vector<int64_t> crcs = group.gather_processes(crc_of_digest(file.digest));
+  for (size_t r = 1; r < crcs.size(); ++r) {
+    auto digest = [&](size_t i) { return "crc32:" + crc32_hex(static_cast<uint32_t>(crcs[i])); };
+    SP_CHECK_ARG(crcs[r] == crcs[0], "model file ", file.path, ": rank ", r, " loaded content with digest ",
+                 digest(r), ", rank 0 ", digest(0), "; give every rank the same file");
   }
 }
 

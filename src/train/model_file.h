@@ -36,6 +36,6 @@ std::optional<ModelFile> recorded_model_file(const std::string& run_dir);
 void check_unchanged(const ModelFile& recorded);
 // A collective call of every process of `group`: throws UsageError on each, naming the file
 // and both digests, if a process loaded a file with another content than the first one's.
-void check_same_on_every_rank(exec::Group& group, int partitions, const ModelFile& file);
+void check_same_on_every_rank(exec::Group& group, const ModelFile& file);
 
 }  // namespace stalepipe::train

@@ -87,7 +87,7 @@ void build(Run& run) {
   auto model = make_run_model(o.run(), input, run.model_file);
   run.trainer = std::make_unique<PipelineTrainer>(std::move(model), o, run.data.train_loader->batches_per_epoch());
   if (run.model_file && o.pipeline().executor() == ExecutorKind::kProcesses) {
-    check_same_on_every_rank(run.trainer->group(), run.trainer->plan().num_partitions(), *run.model_file);
+    check_same_on_every_rank(run.trainer->group(), *run.model_file);
   }
   // config.json records the cut and the layout chosen, so that a resumed run keeps them.
   o.pipeline().ppv(run.trainer->plan().ppv).layout(run.trainer->options().pipeline().layout());

@@ -36,6 +36,9 @@ class Group {
   // partitions); each process of replica 0 fills the slices of the partitions it owns, and on
   // return every process holds every slice. A collective call, so it also waits for every process.
   virtual void gather_partitions(std::vector<int64_t>& values) = 0;
+  // Every process's `value`, in rank order (one value where all runs in this process). A
+  // collective call.
+  virtual std::vector<int64_t> gather_processes(int64_t value) = 0;
   // Evaluation forward of batch `index` of a pass (eval mode, no graph): the model's output and
   // the target where the last partition runs, undefined tensors elsewhere. x and target matter
   // only where partition 1 runs.

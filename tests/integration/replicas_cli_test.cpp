@@ -1,0 +1,95 @@
+// --replicas through the CLI: R x K ranks of the processes executor equal R x K threads bit for
+// bit; a killed rank ends every other rank within the bound, naming it, and --resume then
+// equals the uninterrupted run; a world size that is not R x K is refused.
+#include <signal.h>
+
+#include <algorithm>
+#include <chrono>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "support/ranks.h"
+#include "support/temp_dir.h"
+
+namespace stalepipe::test {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// train_args of `model` with `replicas` copies of its K-partition pipeline.
+std::vector<std::string> replica_args(const std::string& model, const std::string& ppv, int K, int replicas,
+                                      const std::string& out, const std::string& executor, int epochs,
+                                      const std::string& data) {
+  auto args = train_args(ppv, K * replicas, out, executor, epochs, data);
+  std::replace(args.begin(), args.end(), std::string("lenet5"), model);
+  args.insert(args.end(), {"--replicas", std::to_string(replicas)});
+  return args;
+}
+
+class ReplicaProcessesEqualThreads : public ::testing::TestWithParam<std::pair<std::string, std::string>> {};
+
+TEST_P(ReplicaProcessesEqualThreads, BitForBit) {
+  const auto [model, ppv] = GetParam();
+  TempDir dir;
+  const std::string ref = dir.file("threads"), run = dir.file("processes");
+  const std::string data = model == "lenet5" ? "synthetic:256" : "synthetic:96";
+  ASSERT_EQ(wait_for(spawn(replica_args(model, ppv, 2, 2, ref, "threads", 2, data), {}, dir.file("ref.log")), 120), 0)
+      << slurp(dir.file("ref.log"));
+  ASSERT_EQ(run_launch(4, replica_args(model, ppv, 2, 2, run, "processes", 2, data), dir.file("run.log"), 120), 0)
+      << slurp(dir.file("run.log"));
+  expect_same_results(ref, run);
+  const std::string log = slurp(dir.file("run.log"));
+  EXPECT_NE(log.find("replica 2: ranks 2-3 (partitions 1-2)"), std::string::npos) << log;
+  // One copy of the weights: the checkpoint has a shard per partition, not per rank.
+  EXPECT_EQ(json_file(run + "/checkpoint/manifest.json")["shards"].size(), 2u);
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, ReplicaProcessesEqualThreads,
+                         ::testing::Values(std::make_pair(std::string("lenet5"), std::string("2")),
+                                           std::make_pair(std::string("resnet20"), std::string("8"))),
+                         [](const auto& info) { return info.param.first; });
+
+TEST(ReplicasCli, AKilledRankEndsEveryRankNamingItAndResumeEqualsTheUninterruptedRun) {
+  TempDir dir;
+  const std::string ref = dir.file("ref"), run = dir.file("run");
+  // A small lr, so that a long run cannot diverge before the kill.
+  auto args_for = [&](const std::string& out) {
+    auto args = replica_args("lenet5", "2", 2, 2, out, "processes", 6, "synthetic:1024");
+    args.insert(args.end(), {"--checkpoint-every", "8", "--lr", "0.005", "--timeout-seconds", "10"});
+    return args;
+  };
+  ASSERT_EQ(run_launch(4, args_for(ref), dir.file("ref.log"), 120), 0) << slurp(dir.file("ref.log"));
+
+  const int port = free_port();
+  std::vector<pid_t> pids;
+  for (int r = 0; r < 4; ++r) pids.push_back(spawn(args_for(run), rank_env(r, 4, port), dir.file("rank" + std::to_string(r) + ".log")));
+  ASSERT_TRUE(file_shows(run + "/checkpoint/manifest.json", "\"step\"", 60)) << slurp(dir.file("rank0.log"));
+  ::kill(pids[3], SIGKILL);
+  EXPECT_EQ(wait_for(pids[3], 5), 128 + SIGKILL);
+  const auto killed = Clock::now();
+  for (int r : {0, 1, 2}) {
+    const int status = wait_for(pids[r], 10 + 5);
+    const std::string log = slurp(dir.file("rank" + std::to_string(r) + ".log"));
+    EXPECT_NE(status, -1) << "rank " << r << " still ran 15 s after rank 3 died\n" << log;
+    EXPECT_NE(status, 0) << log;
+    EXPECT_NE(log.find("rank 3 (replica 2, partition 2)"), std::string::npos) << "rank " << r << "\n" << log;
+  }
+  EXPECT_LT(Clock::now() - killed, std::chrono::seconds(15));
+
+  ASSERT_EQ(run_launch(4, {"train", "--resume", run, "--progress", "none"}, dir.file("resume.log"), 120), 0)
+      << slurp(dir.file("resume.log"));
+  expect_same_results(ref, run);
+}
+
+TEST(ReplicasCli, AWorldSizeThatIsNotReplicasTimesPartitionsIsRefused) {
+  TempDir dir;
+  const pid_t p = spawn(replica_args("lenet5", "2", 2, 2, dir.file("a"), "processes", 1, "synthetic:256"),
+                        rank_env(0, 3, free_port()), dir.file("r0.log"));
+  EXPECT_EQ(wait_for(p, 30), 2);
+  EXPECT_NE(slurp(dir.file("r0.log")).find("--replicas 2: --world-size 3 is not a multiple of it"), std::string::npos)
+      << slurp(dir.file("r0.log"));
+}
+
+}  // namespace
+}  // namespace stalepipe::test
