@@ -1,6 +1,8 @@
 // The processes executor's replicas: the group of each partition's R ranks (gradient sums,
 // batch-norm statistics, the state a resumed run starts from) and the messages that keep R
 // pipelines in step (where to stop, the loss of each mini-batch).
+#include <algorithm>
+#include <map>
 #include <sstream>
 
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
@@ -76,16 +78,42 @@ void ProcessGroup::broadcast_from_first_replica(torch::Tensor& tensor) {
 namespace detail {
 namespace {
 
+// The gradient sums overlap the backward on a CPU stage: a hook on each parameter keeps the
+// gradient the last backward of a step computes for it, and once a bucket's parameters all
+// have theirs (and every earlier bucket has started), its gather starts while autograd goes on
+// with the earlier layers. The autograd engine sums every contribution to a parameter before
+// its hook runs, so each hook runs at most once per backward; a parameter that gets no
+// gradient leaves its bucket to be started after the backward, from the parameters' grad.
+// Buckets start in the same order on every replica (Gloo matches collectives by order).
 class GroupReplicaPeers final : public ReplicaPeers {
  public:
-  GroupReplicaPeers(ProcessGroup& group, Stage& stage) : group_(group), buckets_(stage.optimizer().params()) {}
+  GroupReplicaPeers(ProcessGroup& group, Stage& stage)
+      : group_(group), params_(stage.optimizer().params()), buckets_(params_), hooked_(params_.size()) {
+    if (!stage.device().is_cpu()) return;  // a GPU's gradients are not ready when its hooks run
+    for (size_t b = 0; b < buckets_.size(); ++b) {
+      for (size_t i : buckets_.bucket(b)) bucket_of_[i] = b;
+    }
+    for (size_t i = 0; i < params_.size(); ++i) {
+      hooks_.push_back(params_[i].register_hook([this, i](const torch::Tensor& g) { arrived(i, g); }));
+    }
+  }
+  ~GroupReplicaPeers() override {
+    for (size_t i = 0; i < hooks_.size(); ++i) params_[i].remove_hook(hooks_[i]);
+  }
 
-  // Every bucket's gather is started before the first is waited for, so that Gloo moves them
-  // one after another while this thread adds up those already here.
+  void backward_begins(int64_t, bool last) override {
+    collecting_ = last && !hooks_.empty();
+    if (!collecting_) return;
+    missing_.clear();
+    for (size_t b = 0; b < buckets_.size(); ++b) missing_.push_back(buckets_.bucket(b).size());
+    std::fill(hooked_.begin(), hooked_.end(), torch::Tensor());
+  }
+
   void reduce_gradients(Stage&, int64_t) override {
-    std::vector<std::unique_ptr<ProcessGroup::PendingGather>> gathers;
-    for (size_t b = 0; b < buckets_.size(); ++b) gathers.push_back(group_.gather_replicas(buckets_.pack(b)));
-    for (size_t b = 0; b < buckets_.size(); ++b) buckets_.unpack(b, sum_in_order(group_.finish_gather(*gathers[b])));
+    collecting_ = false;
+    while (gathers_.size() < buckets_.size()) gathers_.push_back(group_.gather_replicas(buckets_.pack(gathers_.size())));
+    for (size_t b = 0; b < buckets_.size(); ++b) buckets_.unpack(b, sum_in_order(group_.finish_gather(*gathers_[b])));
+    gathers_.clear();
   }
 
   std::optional<StepLoss> combine_loss(const StepLoss& loss) override {
@@ -114,8 +142,26 @@ class GroupReplicaPeers final : public ReplicaPeers {
   }
 
  private:
+  void arrived(size_t i, const torch::Tensor& grad) {
+    if (!collecting_) return;
+    SP_CHECK(!hooked_[i].defined(), "replica gradient hook: parameter ", i, " got two gradients in one backward");
+    hooked_[i] = grad.detach();
+    --missing_[bucket_of_.at(i)];
+    // Start, in bucket order, every bucket that is whole.
+    while (gathers_.size() < buckets_.size() && missing_[gathers_.size()] == 0) {
+      gathers_.push_back(group_.gather_replicas(buckets_.pack(gathers_.size(), hooked_)));
+    }
+  }
+
   ProcessGroup& group_;
+  std::vector<torch::Tensor> params_;
   GradientBuckets buckets_;
+  std::vector<unsigned> hooks_;
+  std::map<size_t, size_t> bucket_of_;  // parameter -> bucket
+  bool collecting_ = false;
+  std::vector<size_t> missing_;        // per bucket: parameters whose gradient is still to come
+  std::vector<torch::Tensor> hooked_;  // per parameter: its gradient from the hook
+  std::vector<std::unique_ptr<ProcessGroup::PendingGather>> gathers_;  // started, in bucket order
 };
 
 }  // namespace

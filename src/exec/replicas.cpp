@@ -25,11 +25,17 @@ GradientBuckets::GradientBuckets(const std::vector<torch::Tensor>& params) : par
 }
 
 torch::Tensor GradientBuckets::pack(size_t bucket) const {
+  std::vector<torch::Tensor> grads;
+  for (const torch::Tensor& p : params_) grads.push_back(p.grad());
+  return pack(bucket, grads);
+}
+
+torch::Tensor GradientBuckets::pack(size_t bucket, const std::vector<torch::Tensor>& grads) const {
   const std::vector<size_t>& ids = buckets_.at(bucket);
   std::vector<torch::Tensor> flat;
   std::vector<double> flags;
   for (size_t i : ids) {
-    const torch::Tensor& g = params_[i].grad();
+    const torch::Tensor& g = grads[i];
     flags.push_back(g.defined() ? 1.0 : 0.0);
     // reshape, not view: a channels-last gradient is flattened in logical (NCHW) order.
     flat.push_back(g.defined() ? g.detach().reshape({-1}) : torch::zeros({params_[i].numel()}, params_[i].options()));

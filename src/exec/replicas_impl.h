@@ -30,15 +30,21 @@ class ProcessGroup;
 namespace stalepipe::exec::detail {
 
 // A stage's gradients as flat buckets: the parameters from the last to the first (the order
-// backward produces them) cut into runs of at most kBucketBytes of one dtype. A packed bucket
+// backward produces them) cut into runs of at most kBucketBytes of one dtype (DDP starts with
+// 1 MB too: a first sum begins early in the backward). A packed bucket
 // holds each gradient (zeros where it is undefined) and then one flag per parameter (1 where
 // it is defined), so that the sum also says which parameters any replica gave a gradient.
 class GradientBuckets {
  public:
-  static constexpr int64_t kBucketBytes = 4 << 20;
+  static constexpr int64_t kBucketBytes = 1 << 20;
   explicit GradientBuckets(const std::vector<torch::Tensor>& params);
   size_t size() const { return buckets_.size(); }
+  // The parameter indices of a bucket.
+  const std::vector<size_t>& bucket(size_t b) const { return buckets_.at(b); }
   torch::Tensor pack(size_t bucket) const;
+  // The same from gradients given per parameter index (a backward hook's, before they reach
+  // the parameters' grad).
+  torch::Tensor pack(size_t bucket, const std::vector<torch::Tensor>& grads) const;
   // Writes a sum of packs into the gradients, in their layout; a parameter whose flags sum to
   // 0 keeps no gradient (the optimizer skips it, as it would with one replica).
   void unpack(size_t bucket, const torch::Tensor& sum) const;
@@ -58,6 +64,9 @@ StepLoss combine_losses(const std::vector<StepLoss>& slices);
 class ReplicaPeers {
  public:
   virtual ~ReplicaPeers() = default;
+  // Before each backward of `step`; `last`: the backward whose end completes the step's
+  // gradient (its last micro-batch), whose buckets may start their sums as they fill.
+  virtual void backward_begins(int64_t /*step*/, bool /*last*/) {}
   // After the last backward of `step`, before its update: on return the stage's gradients are
   // the sum over the replicas.
   virtual void reduce_gradients(Stage& stage, int64_t step) = 0;

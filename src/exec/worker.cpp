@@ -205,6 +205,11 @@ void WorkerLoop::backward(int64_t step, int micro) {
   StageTensors grad_output;
   if (worker_ != schedule_.num_workers - 1) grad_output.main = std::move(in.at(kGradient));
   for (const std::string& name : stage_.skip_outputs()) grad_output.skips.push_back(std::move(in.at(name)));
+  if (peers_) {
+    const bool last = ++backwards_[step] == schedule_.micro_batches;
+    if (last) backwards_.erase(step);
+    peers_->backward_begins(step, last);
+  }
   StageTensors grad_input = stage_.backward(step, grad_output, micro);
   Message out;
   out.step = step;

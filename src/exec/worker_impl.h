@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <exception>
 #include <limits>
+#include <map>
 #include <string>
 
 #include "stalepipe/common/error.h"
@@ -80,6 +81,8 @@ class WorkerLoop {
   // The last worker's losses not yet read, a micro-batch each, in order, with their steps.
   std::vector<PendingLoss> losses_;
   std::vector<int64_t> loss_steps_;
+  // With replicas: backwards run so far of each step whose gradient is not complete.
+  std::map<int64_t, int> backwards_;
 };
 
 // Sets the calling thread's intra-op thread count to the worker's (context.threads_per_worker),
