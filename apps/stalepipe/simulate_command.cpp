@@ -1,5 +1,6 @@
-// `stalepipe simulate --model NAME --pipeline PPV | --partitions K --balance B`: predicted
-// throughput, bubbles and memory of a pipeline from a profile, and its space-time SVG.
+// `stalepipe simulate --model NAME --pipeline PPV | --partitions K --balance B [--replicas R]`:
+// predicted throughput, bubbles and memory of a pipeline (or R replicas of it) from a profile,
+// and its space-time SVG.
 // `stalepipe simulate --paper-table5 DIR`: the paper's 2-GPU speedups beside the ones
 // predicted from the profiles DIR/resnet56.json ... DIR/resnet362.json, per link preset.
 #include <cstdio>
@@ -26,7 +27,7 @@ namespace {
 struct SimulateArgs {
   Options tree;
   TrainFlags text;
-  std::string profile, svg, link, table5;
+  std::string profile, svg, link, replica_link, table5;
   int threads = 1;
   int64_t channels = 1, steps = 40;
   double transfer_ms = 0;
@@ -38,8 +39,11 @@ int print_prediction(SimulateArgs& a) {
   SP_CHECK_ARG(a.steps >= 1 && a.steps <= 100000, "--steps must be 1..100000, got ", a.steps);
   sim::SimulateOptions options;
   options.link = a.link.empty() ? sim::fixed_link(a.transfer_ms / 1e3) : sim::parse_link(a.link, "--link");
+  if (!a.replica_link.empty()) options.replica_link = sim::parse_link(a.replica_link, "--replica-link");
   apply(a.text, a.tree);
   Options& o = a.tree;
+  options.replicas = o.pipeline().replicas();
+  SP_CHECK_ARG(options.replicas >= 1, flag_of(Field::replicas), " must be >= 1, got ", options.replicas);
   check_micro_batches(o.pipeline().micro_batches(), o.pipeline().schedule());  // before any profile
   const std::string& name = o.run().model();
   models::InputShape input;
@@ -66,12 +70,15 @@ int print_prediction(SimulateArgs& a) {
   const auto costs = sim::partition_costs(profile, plan);
   const auto schedule = schedule::make_schedule(o.pipeline().schedule(), plan.num_partitions(), 0, a.steps,
                                                 o.pipeline().micro_batches());
-  options.batch_size = profile.batch_size;
+  options.batch_size = profile.batch_size * options.replicas;  // the profile is of one replica's slice
   const auto prediction = sim::simulate(schedule, costs, options);
-  std::printf("model %s, batch %lld, %d thread(s) per worker, --pipeline %s, %s schedule, %lld steps, link %s\n",
-              name.c_str(), static_cast<long long>(profile.batch_size), profile.threads,
+  std::printf("model %s, batch %lld, %d thread(s) per worker, --pipeline %s, %s schedule, %lld steps, link %s%s\n",
+              name.c_str(), static_cast<long long>(options.batch_size), profile.threads,
               partition::format_ppv(ppv).c_str(), schedule_name.c_str(), static_cast<long long>(a.steps),
-              options.link.describe().c_str());
+              options.link.describe().c_str(),
+              options.replicas > 1 ? c10::str(", ", options.replicas, " replicas (slices of ", profile.batch_size,
+                                              ", replica link ", options.replica_link.describe(), ")").c_str()
+                                   : "");
   std::fputs(sim::format_prediction(prediction, costs).c_str(), stdout);
   if (!a.svg.empty()) {
     write_file_atomic(a.svg, sim::space_time_svg(prediction.events, plan.num_partitions(),
@@ -112,6 +119,9 @@ Command add_simulate(CLI::App& app) {
   app.add_option("--steps", a->steps, "mini-batches in the simulated segment")->capture_default_str();
   field(Field::schedule, "stale | sequential | gpipe | 1f1b-stash");
   field(Field::micro_batches, "gpipe: micro-batches per mini-batch (each costs its share)");
+  field(Field::replicas, "R copies of the pipeline, each on 1/R of every mini-batch (profiled at that slice)");
+  app.add_option("--replica-link", a->replica_link, "link between a partition's replicas (their gradient sum): "
+                 "as --link (default: ideal)");
   auto* transfer = app.add_option("--transfer-ms", a->transfer_ms, "fixed time per pipeline-register message");
   app.add_option("--link", a->link, "link between neighbouring workers: ideal | nvlink4 | pcie5 | pcie4 | pcie3 | "
                  "BANDWIDTH,LATENCY in bytes/s and s, e.g. 25e9,10e-6")->excludes(transfer);

@@ -5,6 +5,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include "stalepipe/common/error.h"
+#include "stalepipe/common/slices.h"
 #include "stalepipe/models/memory_format.h"
 #include "stalepipe/partition/balance.h"
 
@@ -18,7 +19,9 @@ torch::MemoryFormat memory_format(const Options& options) {
 partition::ProfileOptions profile_settings(const Options& options, int partitions) {
   partition::ProfileOptions p;
   const int64_t batch = options.pipeline().profile_batch();
-  p.batch_size = batch > 0 ? batch : options.data().batch_size();
+  // A replica's slice of the mini-batch: what each worker computes on.
+  const auto slice = slice_range(options.data().batch_size(), options.pipeline().replicas(), 0);
+  p.batch_size = batch > 0 ? batch : slice.second - slice.first;
   p.threads = threads_per_worker(options.pipeline(), partitions);
   p.warmup = 1;
   p.repeats = 3;

@@ -13,7 +13,7 @@ GradientBuckets::GradientBuckets(const std::vector<torch::Tensor>& params) : par
   for (size_t i = params_.size(); i-- > 0;) {
     const torch::Tensor& p = params_[i];
     const int64_t size = p.numel() * static_cast<int64_t>(p.element_size());
-    const bool fits = !buckets_.empty() && bytes + size <= kBucketBytes &&
+    const bool fits = !buckets_.empty() && bytes + size <= kGradientBucketBytes &&
                       params_[buckets_.back().front()].scalar_type() == p.scalar_type();
     if (!fits) {
       buckets_.emplace_back();

@@ -30,13 +30,11 @@ class ProcessGroup;
 namespace stalepipe::exec::detail {
 
 // A stage's gradients as flat buckets: the parameters from the last to the first (the order
-// backward produces them) cut into runs of at most kBucketBytes of one dtype (DDP starts with
-// 1 MB too: a first sum begins early in the backward). A packed bucket
+// backward produces them) cut into runs of at most kGradientBucketBytes of one dtype. A packed bucket
 // holds each gradient (zeros where it is undefined) and then one flag per parameter (1 where
 // it is defined), so that the sum also says which parameters any replica gave a gradient.
 class GradientBuckets {
  public:
-  static constexpr int64_t kBucketBytes = 1 << 20;
   explicit GradientBuckets(const std::vector<torch::Tensor>& params);
   size_t size() const { return buckets_.size(); }
   // The parameter indices of a bucket.

@@ -30,8 +30,9 @@ std::string to_chrome_trace(const std::vector<OpEvent>& events) {
   for (const auto& e : events) origin = std::min(origin, e.start_seconds);
   nlohmann::json list = nlohmann::json::array();
   for (const auto& e : events) {
-    list.push_back({{"name", schedule::to_string(e.op)},
-                    {"cat", e.op.kind == schedule::OpKind::kForward    ? "forward"
+    list.push_back({{"name", e.sum ? "S" + std::to_string(e.op.step) : schedule::to_string(e.op)},
+                    {"cat", e.sum                                       ? "sum"
+                            : e.op.kind == schedule::OpKind::kForward  ? "forward"
                             : e.op.kind == schedule::OpKind::kBackward ? "backward"
                                                                        : "update"},
                     {"ph", "X"},
@@ -91,6 +92,15 @@ std::string space_time_svg(const std::vector<OpEvent>& events, int num_workers,
   for (const auto& e : events) {
     const double y = top + row * e.worker;
     const double x0 = x(e.start_seconds), w = std::max(x(e.end_seconds) - x0, 0.5);
+    if (e.sum) {
+      std::snprintf(buf, sizeof buf,
+                    "<rect x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"%.1f\" fill=\"#9a9a9a\">"
+                    "<title>sum of %lld's gradient with the replicas %.3f-%.3f ms</title></rect>\n",
+                    x0, y, w, box, static_cast<long long>(e.op.step), (e.start_seconds - t0) * 1e3,
+                    (e.end_seconds - t0) * 1e3);
+      svg += buf;
+      continue;
+    }
     if (e.op.kind == schedule::OpKind::kUpdate) {
       std::snprintf(buf, sizeof buf,
                     "<rect x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"%.1f\" fill=\"#333\">"
@@ -121,9 +131,10 @@ std::string space_time_svg(const std::vector<OpEvent>& events, int num_workers,
                 "text-anchor=\"end\">%.3f ms</text>\n"
                 "<text x=\"%.0f\" y=\"%.0f\" fill=\"#4c78a8\">forward</text>"
                 "<text x=\"%.0f\" y=\"%.0f\" fill=\"#f58518\">backward</text>"
-                "<text x=\"%.0f\" y=\"%.0f\" fill=\"#333\">update</text>\n</svg>\n",
+                "<text x=\"%.0f\" y=\"%.0f\" fill=\"#333\">update</text>"
+                "<text x=\"%.0f\" y=\"%.0f\" fill=\"#9a9a9a\">replicas' gradient sum</text>\n</svg>\n",
                 left, height - 16, left + width, height - 16, span * 1e3, left + 200,
-                height - 16, left + 280, height - 16, left + 370, height - 16);
+                height - 16, left + 280, height - 16, left + 370, height - 16, left + 440, height - 16);
   svg += buf;
   return svg;
 }

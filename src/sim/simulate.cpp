@@ -6,6 +6,7 @@
 #include <map>
 
 #include "stalepipe/common/error.h"
+#include "stalepipe/common/slices.h"
 #include "stalepipe/partition/plan.h"
 #include "stalepipe/partition/profile.h"
 
@@ -69,8 +70,11 @@ void check_inputs(int K, const PartitionCosts& costs, const SimulateOptions& opt
                      at_or(costs.update_seconds, k, 0.0) >= 0,
                  "simulate: partition ", k + 1, " has a negative time");
   }
-  SP_CHECK_ARG(options.link.latency_seconds >= 0 && options.link.bandwidth_bytes_per_second >= 0,
-               "simulate: link ", options.link.describe(), " has a negative latency or bandwidth");
+  for (const LinkModel* link : {&options.link, &options.replica_link}) {
+    SP_CHECK_ARG(link->latency_seconds >= 0 && link->bandwidth_bytes_per_second >= 0, "simulate: link ",
+                 link->describe(), " has a negative latency or bandwidth");
+  }
+  SP_CHECK_ARG(options.replicas >= 1, "simulate: replicas must be >= 1, got ", options.replicas);
 }
 
 // Replays the schedule: each op starts once its worker is free and its message has arrived.
@@ -79,7 +83,7 @@ class Replay {
   Replay(const schedule::Schedule& s, const PartitionCosts& costs, const SimulateOptions& options, Prediction& p)
       : s_(s), costs_(costs), options_(options), p_(p), K_(s.num_workers), forward_done_(K_),
         backward_done_(K_), next_(K_, 0), free_at_(K_, 0.0), share_(1.0 / s.micro_batches),
-        link_free_(K_, {0.0, 0.0}) {}
+        link_free_(K_, {0.0, 0.0}), last_backward_(K_), replica_link_free_(K_, 0.0) {}
 
   // Runs every op; returns the completion time of each step (the end of its last op).
   std::map<int64_t, double> run() {
@@ -113,6 +117,7 @@ class Replay {
       duration = costs_.backward_seconds[k] * share_;
     } else {
       duration = at_or(costs_.update_seconds, k, 0.0);
+      if (options_.replicas > 1) ready = gradient_sum(k, op);
     }
     OpEvent e;
     e.worker = k;
@@ -121,7 +126,10 @@ class Replay {
     e.end_seconds = e.start_seconds + duration;
     free_at_[k] = e.end_seconds;
     if (op.kind == schedule::OpKind::kForward) forward_done_[k][{op.step, op.micro}] = e.end_seconds;
-    if (op.kind == schedule::OpKind::kBackward) backward_done_[k][{op.step, op.micro}] = e.end_seconds;
+    if (op.kind == schedule::OpKind::kBackward) {
+      backward_done_[k][{op.step, op.micro}] = e.end_seconds;
+      last_backward_[k][op.step] = {e.start_seconds, e.end_seconds};
+    }
     double& c = completion_[op.step];
     c = std::max(c, e.end_seconds);
     p_.workers[k].busy_seconds += duration;
@@ -145,6 +153,32 @@ class Replay {
     return true;
   }
 
+  // Replicas: when the sum of op.step's gradient ends on worker k (the event of its exposed
+  // part is recorded); the update waits for it.
+  double gradient_sum(int k, const schedule::Op& op) {
+    const auto [b_start, b_end] = last_backward_[k].at(op.step);
+    last_backward_[k].erase(op.step);
+    const int64_t bytes = at_or(costs_.parameter_bytes, k, int64_t{0});
+    auto transfer = [&](int64_t n) {
+      return (options_.replicas - 1) * options_.replica_link.message_seconds(n);
+    };
+    double& link = replica_link_free_[k];
+    const double start = std::max(b_start, link);
+    const double end = std::max(start + transfer(bytes), b_end + transfer(std::min(bytes, kGradientBucketBytes)));
+    link = end;
+    const double exposed_from = std::max(b_end, free_at_[k]);
+    if (end > exposed_from) {
+      OpEvent e;
+      e.worker = k;
+      e.op = op;
+      e.start_seconds = exposed_from;
+      e.end_seconds = end;
+      e.sum = true;
+      p_.events.push_back(e);
+    }
+    return end;
+  }
+
   const schedule::Schedule& s_;
   const PartitionCosts& costs_;
   const SimulateOptions& options_;
@@ -158,6 +192,8 @@ class Replay {
   const double share_;
   std::vector<std::array<double, 2>> link_free_;  // [boundary][direction]: busy until
   std::map<int64_t, double> completion_;
+  std::vector<std::map<int64_t, std::pair<double, double>>> last_backward_;  // [k][step]: its span
+  std::vector<double> replica_link_free_;  // [k]: the replicas' link busy until
 };
 
 // Makespan, the steady state (fill and drain cut, as bench measures it) and the rates.

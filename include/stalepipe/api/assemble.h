@@ -25,8 +25,8 @@ struct Assembly {
   std::unique_ptr<exec::Pipeline> pipeline;   // null from plan_pipeline()
 };
 
-// How the partitioner profiles a model for K partitions: profile_batch samples (0: the
-// training batch size), each unit on
+// How the partitioner profiles a model for K partitions: profile_batch samples (0: a
+// replica's slice of the training batch, the whole batch with one replica), each unit on
 // the intra-op thread count a worker of the K-partition pipeline will have, 1 warm-up and 3
 // measured steps.
 partition::ProfileOptions profile_settings(const Options& options, int partitions);

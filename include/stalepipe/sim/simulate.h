@@ -62,10 +62,21 @@ struct PartitionCosts {
 // UsageError if the profile does not match the plan.
 PartitionCosts partition_costs(const partition::Profile& profile, const partition::Plan& plan);
 
+// Replicas (R copies of the pipeline, each on its slice of every mini-batch: the costs are
+// one slice's): every replica runs the same schedule at the same times, so one replica is
+// replayed, and before each update its workers wait for their partition's gradient sum. The
+// sum is an all-gather over replica_link, R-1 transfers of the partition's parameter bytes
+// (latency + bytes / bandwidth each); it streams while the last backward of the step runs,
+// in buckets of kGradientBucketBytes (common/slices.h), and the bucket of the first layers
+// starts only when that backward ends. So it ends at the later of: the backward's start plus
+// the whole transfer, the backward's end plus one bucket's transfer. A partition's replicas
+// have a link of their own.
 struct SimulateOptions {
   LinkModel link;               // between neighbouring workers, both directions; default: ideal
-  int64_t batch_size = 128;     // for images per second
+  int64_t batch_size = 128;     // for images per second: the whole mini-batch, every replica's slice
   bool momentum = true;         // optimizer keeps a momentum buffer (one more copy of weights)
+  int replicas = 1;
+  LinkModel replica_link;       // between the replicas of a partition; default: ideal
 };
 
 struct WorkerPrediction {
@@ -88,8 +99,9 @@ struct Prediction {
   std::vector<WorkerPrediction> workers;
 };
 
-// Throws UsageError if the costs do not have one entry per worker or are negative, or the
-// link has a negative latency or bandwidth, and RuntimeError if the schedule deadlocks.
+// Throws UsageError if the costs do not have one entry per worker or are negative, a link has
+// a negative latency or bandwidth, or replicas < 1, and RuntimeError if the schedule
+// deadlocks. With replicas, the events include each exposed gradient sum (OpEvent::sum).
 Prediction simulate(const schedule::Schedule& schedule, const PartitionCosts& costs,
                     const SimulateOptions& options = {});
 

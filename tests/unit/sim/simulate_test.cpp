@@ -100,6 +100,41 @@ TEST(Simulate, MemoryIsInFlightActivationsPlusWeightsAndOptimizerState) {
   EXPECT_EQ(p.workers[1].memory_bytes(), 10 + 2000 + 4000);
 }
 
+TEST(Simulate, ReplicasWaitForTheirGradientSumBeforeEachUpdate) {
+  // One partition, F = 1, B = 2, two replicas, 3 MB of parameters over a link of 1 MB/s with
+  // no latency: the sum streams from the backward's start (3 s for all of it, one transfer as
+  // R - 1 = 1) and its last bucket (1 MB, 1 s) starts when the backward ends. Step t: F in
+  // [4t, 4t+1], B in [4t+1, 4t+3], the sum ends at max(4t+1+3, 4t+3+1) = 4t+4, the update
+  // (0 s) then: one mini-batch of 2 x 5 images every 4 s.
+  SimulateOptions options;
+  options.batch_size = 10;
+  options.replicas = 2;
+  options.replica_link.bandwidth_bytes_per_second = 1 << 20;
+  PartitionCosts c = costs({1}, {2});
+  c.parameter_bytes = {3 << 20};
+  const auto p = simulate(schedule::make_schedule(ScheduleKind::kSequential, 1, 0, 10), c, options);
+  EXPECT_DOUBLE_EQ(p.makespan_seconds, 40.0);
+  EXPECT_DOUBLE_EQ(p.images_per_second, 100.0 / 40.0);
+  int sums = 0;
+  for (const auto& e : p.events) {
+    if (!e.sum) continue;
+    EXPECT_DOUBLE_EQ(e.start_seconds, 4.0 * static_cast<double>(e.op.step) + 3) << "the exposed part: after B";
+    EXPECT_DOUBLE_EQ(e.end_seconds, 4.0 * static_cast<double>(e.op.step) + 4);
+    ++sums;
+  }
+  EXPECT_EQ(sums, 10);
+  // Four replicas move three copies; an ideal link costs nothing and draws no sum.
+  options.replicas = 4;
+  EXPECT_DOUBLE_EQ(simulate(schedule::make_schedule(ScheduleKind::kSequential, 1, 0, 10), c, options).makespan_seconds,
+                   10 * (1 + 9.0));
+  options.replica_link = LinkModel();
+  const auto ideal = simulate(schedule::make_schedule(ScheduleKind::kSequential, 1, 0, 10), c, options);
+  EXPECT_DOUBLE_EQ(ideal.makespan_seconds, 30.0);
+  for (const auto& e : ideal.events) EXPECT_FALSE(e.sum);
+  options.replicas = 0;
+  EXPECT_THROW(simulate(schedule::make_schedule(ScheduleKind::kSequential, 1, 0, 10), c, options), UsageError);
+}
+
 TEST(Simulate, RejectsMismatchedCosts) {
   EXPECT_THROW(simulate(schedule::make_schedule(ScheduleKind::kStale, 3, 0, 10), costs({1, 1}, {1, 1})),
                UsageError);
