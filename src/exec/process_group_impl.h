@@ -9,6 +9,7 @@
 #endif
 #include <condition_variable>
 #include <deque>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -23,6 +24,45 @@ namespace stalepipe::exec {
 // "rank 2 (partition 3)", or with replicas "rank 5 (replica 2, partition 3)" (1-based numbers
 // of partitions and replicas, as the user counts them); "a rank" for a negative rank.
 std::string describe(int rank, int partitions, int replicas);
+
+// Which peer this rank waits for, told to the others when a wait lasts: a rank that times out
+// waiting for a peer that itself waits for a third rank (a cascade behind a silent rank or a
+// cut link) follows the recorded waits and names the rank at their end, the silent one. A wait
+// that lasts a third of the timeout is written to the store ("stalepipe/waits/<rank>" = the
+// peer) by a thread of its own, and removed when it ends; the store is not touched per message.
+class WaitWatch {
+ public:
+  WaitWatch(c10::intrusive_ptr<c10d::Store> store, int rank, std::chrono::milliseconds timeout);
+  ~WaitWatch();
+  // While it lives, this rank waits for `peer` (a negative peer: not recorded).
+  class Scope {
+   public:
+    Scope(WaitWatch* watch, int peer);
+    ~Scope();
+    Scope(const Scope&) = delete;
+    Scope& operator=(const Scope&) = delete;
+
+   private:
+    WaitWatch* watch_;
+  };
+  // The end of the recorded waits from `peer` (peer itself when it records none).
+  int silent_one(int peer) const;
+  // Whether the store (on rank 0's host) answers within half a second.
+  bool store_answers() const;
+
+ private:
+  void run();
+  bool has(const std::string& key, std::chrono::milliseconds within) const;
+  c10::intrusive_ptr<c10d::Store> store_;
+  int rank_;
+  std::chrono::milliseconds timeout_;
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  int peer_ = -1, recorded_ = -1;
+  std::chrono::steady_clock::time_point since_;
+  bool closing_ = false;
+  std::thread thread_;
+};
 
 // A send still in flight: the tensor must outlive it.
 struct PendingSend {
@@ -47,6 +87,7 @@ struct ProcessGroup::Impl {
   // The ranks of this rank's partition in every replica (replica order), for the gradient sums.
   c10::intrusive_ptr<c10d::ProcessGroupGloo> replica_group;
   c10::intrusive_ptr<c10d::ProcessGroupGloo::Options> gloo_options;  // the devices both groups use
+  std::unique_ptr<WaitWatch> watch;
 
   void reap(std::chrono::milliseconds timeout, int timeout_seconds) {
     std::unique_lock<std::mutex> lock(mutex);

@@ -1,6 +1,7 @@
 // One rank per partition over c10d (TCPStore + ProcessGroupGloo); see exec/processes.h.
 #include "process_group_impl.h"
 
+#include <algorithm>
 #include <condition_variable>
 #include <cstdlib>
 #include <deque>
@@ -50,6 +51,7 @@ ProcessGroup::ProcessGroup(const ProcessGroupOptions& options, const std::string
   timeout_ = std::chrono::seconds(o.timeout_seconds());
   const std::string where = c10::str(o.master_addr(), ":", o.master_port());
   connect_store(o, where);
+  impl_->watch = std::make_unique<WaitWatch>(impl_->store, rank_, timeout_);
   compare_configs(config_hash, where, o.timeout_seconds());
   connect_gloo(o, where);
   if (replicas_ > 1) connect_replicas(where);
@@ -166,14 +168,23 @@ ProcessGroup::~ProcessGroup() {
 
 [[noreturn]] void ProcessGroup::fail(int peer, const std::string& what, const std::exception& e) {
   failed_ = true;
-  const std::string message = e.what();
+  // One line: c10::Error's what() carries a backtrace.
+  const auto* c10_error = dynamic_cast<const c10::Error*>(&e);
+  std::string message = c10_error ? c10_error->what_without_backtrace() : e.what();
+  std::replace(message.begin(), message.end(), '\n', ' ');
   const bool timed_out = message.find("imed out") != std::string::npos ||
                          message.find("imeout") != std::string::npos;
+  auto name = [&](int r) { return describe(r, impl_->partitions, impl_->replicas); };
   const std::string first = first_loss(peer, timed_out);
-  const bool other = !first.empty() && first != describe(peer, impl_->partitions, impl_->replicas);
-  throw RuntimeError(c10::str(other ? first + " failed first; " : std::string(), describe(peer, impl_->partitions, impl_->replicas),
+  const bool other = !first.empty() && first != name(peer);
+  // A timeout may be a cascade: the peer waits for a third rank, or rank 0's host is cut off.
+  const bool store = !timed_out || impl_->watch->store_answers();
+  const int silent = timed_out && store ? impl_->watch->silent_one(peer) : peer;
+  const std::string who = silent == peer ? name(peer) : c10::str(name(silent), ", which ", name(peer), " waits for,");
+  throw RuntimeError(c10::str(other ? first + " failed first; " : std::string(), who,
                               timed_out ? c10::str(" did not answer within ", timeout_.count() / 1000, " s")
                                         : std::string(" is gone (connection lost; it died or failed)"),
+                              store ? "" : " and rank 0's host (the rendezvous store) is out of reach too",
                               " while this rank (", rank_, ") waited to ", what, ": ", message));
 }
 
@@ -223,6 +234,7 @@ void ProcessGroup::send(const torch::Tensor& tensor, int dst, int tag) {
 
 void ProcessGroup::recv(torch::Tensor& tensor, int src, int tag) {
   std::vector<at::Tensor> tensors{tensor};
+  const WaitWatch::Scope waiting(impl_->watch.get(), src);
   try {
     // Gloo ends a receive whose peer closed the connection without an exception but reports
     // it as not completed.

@@ -53,6 +53,7 @@ std::unique_ptr<ProcessGroup::PendingGather> ProcessGroup::gather_replicas(const
 }
 
 std::vector<torch::Tensor> ProcessGroup::finish_gather(PendingGather& gather) {
+  const WaitWatch::Scope waiting(impl_->watch.get(), other_replica());
   try {
     if (!gather.work->wait(timeout_)) throw std::runtime_error("the gather was aborted");
   } catch (const std::exception& e) {

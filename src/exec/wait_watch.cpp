@@ -1,0 +1,90 @@
+#include "process_group_impl.h"
+
+#include <set>
+
+namespace stalepipe::exec {
+namespace {
+
+std::string wait_key(int rank) { return c10::str("stalepipe/waits/", rank); }
+
+}  // namespace
+
+WaitWatch::WaitWatch(c10::intrusive_ptr<c10d::Store> store, int rank, std::chrono::milliseconds timeout)
+    : store_(std::move(store)), rank_(rank), timeout_(timeout), thread_([this] { run(); }) {}
+
+WaitWatch::~WaitWatch() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    closing_ = true;
+  }
+  changed_.notify_all();
+  thread_.join();
+}
+
+WaitWatch::Scope::Scope(WaitWatch* watch, int peer) : watch_(peer >= 0 ? watch : nullptr) {
+  if (!watch_) return;
+  std::lock_guard<std::mutex> lock(watch_->mutex_);
+  watch_->peer_ = peer;
+  watch_->since_ = std::chrono::steady_clock::now();
+}
+
+WaitWatch::Scope::~Scope() {
+  if (!watch_) return;
+  std::lock_guard<std::mutex> lock(watch_->mutex_);
+  watch_->peer_ = -1;
+}
+
+// Records a wait once it has lasted a third of the timeout, and takes the record back once it
+// is over; the store is touched only then, never per message.
+void WaitWatch::run() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  while (!closing_) {
+    changed_.wait_for(lock, std::chrono::milliseconds(100));
+    const bool long_wait = peer_ >= 0 && std::chrono::steady_clock::now() - since_ > timeout_ / 3;
+    const int record = long_wait ? peer_ : -1;
+    if (record == recorded_) continue;
+    lock.unlock();
+    try {
+      if (record >= 0) {
+        const std::string value = std::to_string(record);
+        store_->set(wait_key(rank_), std::vector<uint8_t>(value.begin(), value.end()));
+      } else {
+        store_->deleteKey(wait_key(rank_));
+      }
+    } catch (const std::exception&) {
+      // The store is out of reach: the waits of this rank stay unknown to the others.
+    }
+    lock.lock();
+    recorded_ = record;
+  }
+}
+
+// A bounded wait, never check(): a store behind a cut link would hold this rank for the
+// store's own timeout.
+bool WaitWatch::has(const std::string& key, std::chrono::milliseconds within) const {
+  try {
+    store_->wait({key}, within);
+    return true;
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
+int WaitWatch::silent_one(int peer) const {
+  std::set<int> seen{rank_};
+  int p = peer;
+  try {
+    while (p >= 0 && !seen.count(p) && has(wait_key(p), std::chrono::milliseconds(200))) {
+      seen.insert(p);
+      const auto value = store_->get(wait_key(p));
+      p = std::stoi(std::string(value.begin(), value.end()));
+    }
+  } catch (const std::exception&) {
+    // A record went away meanwhile: the chain ends where it could be read.
+  }
+  return p;
+}
+
+bool WaitWatch::store_answers() const { return has("stalepipe/compared", std::chrono::milliseconds(500)); }
+
+}  // namespace stalepipe::exec
