@@ -159,6 +159,7 @@ Command add_bench(CLI::App& app) {
   field(Field::seed, "model and data seed");
   field(Field::layout, "every configuration in nchw | channels-last | auto (the model's default)");
   field(Field::recompute, "pipelined configurations recompute activations through weight layer L (0: none)");
+  field(Field::replicas, "also time R copies of the stale pipeline (R x K workers), with the simulator's prediction");
   auto* data = field(Field::dataset, "also time the input pipeline alone on this data set, as train reads it, "
                                      "beside the pipeline's rate");
   for (Field f : {Field::image_size, Field::resized_crop, Field::data_threads}) field(f);

@@ -46,7 +46,7 @@ constexpr double kLr = 0.01;
 // `ppv` where given), with a constant lr.
 Options bench_options(const BenchOptions& o, const std::vector<int>& ppv, int partitions) {
   Options x = o.training();
-  x.pipeline().ppv(ppv).partitions(ppv.empty() ? partitions : 0);
+  x.pipeline().ppv(ppv).partitions(ppv.empty() ? partitions : 0).replicas(1);  // the replicas' own below
   if (ppv.empty() && partitions <= 1) x.pipeline().recompute(0);  // the baselines train plainly
   x.optimizer().lr(kLr).lr_schedule(LrScheduleKind::kConstant);
   return x;
@@ -77,13 +77,16 @@ Rig build_rig(const Setup& setup, const std::vector<int>& ppv) {
   return rig;
 }
 
-// Warm-up segment, then the measured segment, on the calling thread.
-RunOutcome run_rig(const Setup& setup, Rig& rig, const std::vector<int>& ppv,
+// Warm-up segment, then the measured segment, on the calling thread; several rigs are
+// replicas of one pipeline (the executor splits each mini-batch between them).
+RunOutcome run_rig(const Setup& setup, std::vector<Rig>& rigs, const std::vector<int>& ppv,
                    schedule::ScheduleKind kind, const std::string& executor_name,
                    int threads_per_worker) {
   const BenchOptions& o = setup.options;
-  exec::Pipeline& pipeline = *rig.pipeline;
+  exec::Pipeline& pipeline = *rigs.front().pipeline;
   const int K = pipeline.num_stages();
+  std::vector<exec::Stage*> stages;
+  for (Rig& rig : rigs) stages.insert(stages.end(), rig.pipeline->stages().begin(), rig.pipeline->stages().end());
   auto executor = exec::make_executor(exec::executor_from_name(executor_name));
 
   std::vector<double> completions;
@@ -101,16 +104,17 @@ RunOutcome run_rig(const Setup& setup, Rig& rig, const std::vector<int>& ppv,
   context.read_losses_every = exec::default_read_losses_every(pipeline.stage(K - 1).device());
 
   const int64_t W = o.warmup_steps();
-  if (W > 0) executor->run(schedule::make_schedule(kind, K, 0, W), pipeline.stages(), context);
+  if (W > 0) executor->run(schedule::make_schedule(kind, K, 0, W), stages, context);
   completions.clear();
   const double start = now_seconds();
-  executor->run(schedule::make_schedule(kind, K, W, W + o.steps()), pipeline.stages(), context);
+  executor->run(schedule::make_schedule(kind, K, W, W + o.steps()), stages, context);
   const double seconds = now_seconds() - start;
 
   RunOutcome out;
   Measurement& m = out.measurement;
   m.executor = executor_name;
   m.partitions = K;
+  m.replicas = static_cast<int>(rigs.size());
   m.threads_per_worker = context.threads_per_worker;
   m.steps = o.steps();
   m.images_per_second = steady_images_per_second(completions, K, o.training().data().batch_size());
@@ -121,10 +125,12 @@ RunOutcome run_rig(const Setup& setup, Rig& rig, const std::vector<int>& ppv,
 }
 
 // One configuration: fresh seeded model -> Pipeline -> warm-up segment -> measured segment.
+// replicas: copies of the pipeline, each from the same seed (so with the same weights).
 RunOutcome measure(const Setup& setup, const std::vector<int>& ppv, schedule::ScheduleKind kind,
-                   const std::string& executor_name, int threads_per_worker) {
-  Rig rig = build_rig(setup, ppv);
-  return run_rig(setup, rig, ppv, kind, executor_name, threads_per_worker);
+                   const std::string& executor_name, int threads_per_worker, int replicas = 1) {
+  std::vector<Rig> rigs;
+  for (int r = 0; r < replicas; ++r) rigs.push_back(build_rig(setup, ppv));
+  return run_rig(setup, rigs, ppv, kind, executor_name, threads_per_worker);
 }
 
 // `workers` independent non-pipelined models trained at once, each on its own thread with
@@ -132,8 +138,8 @@ RunOutcome measure(const Setup& setup, const std::vector<int>& ppv, schedule::Sc
 // but the hardware (caches, memory bandwidth). Their summed rate is the most any scheme of
 // those workers can reach here, the stale pipeline included.
 Measurement measure_side_by_side(const Setup& setup, int workers, int threads_each) {
-  std::vector<Rig> rigs;
-  for (int w = 0; w < workers; ++w) rigs.push_back(build_rig(setup, {}));  // seeding is global
+  std::vector<std::vector<Rig>> rigs(workers);
+  for (int w = 0; w < workers; ++w) rigs[w].push_back(build_rig(setup, {}));  // seeding is global
   std::vector<Measurement> each(workers);
   std::vector<std::exception_ptr> errors(workers);
   std::vector<std::thread> threads;
@@ -168,7 +174,9 @@ void check_options(const BenchOptions& o, int K) {
   const PipelineOptions& p = o.training().pipeline();
   SP_CHECK_ARG(!p.ppv().empty() || (p.partitions() >= 1 && p.partitions() <= 64), field_name(Field::partitions),
                " must be 1..64, got ", p.partitions());
-  stalepipe::check_options(bench_options(o, p.ppv(), K));
+  Options checked = bench_options(o, p.ppv(), K);
+  checked.pipeline().replicas(p.replicas());
+  stalepipe::check_options(checked);
   SP_CHECK_ARG(o.channels() >= 1 && o.channels() <= 64, "BenchOptions::channels must be 1..64, got ", o.channels());
   SP_CHECK_ARG(o.warmup_steps() >= 0, "BenchOptions::warmup_steps must be >= 0, got ", o.warmup_steps());
   SP_CHECK_ARG(o.rounds() >= 1 && o.rounds() <= 100, "BenchOptions::rounds must be 1..100, got ", o.rounds());
@@ -177,6 +185,27 @@ void check_options(const BenchOptions& o, int K) {
   SP_CHECK_ARG(o.steps() >= 4 * K + 2 && o.steps() <= 100000, "BenchOptions::steps ", o.steps(),
                ": a ", K, "-partition pipeline needs 4K+2 = ", 4 * K + 2,
                " to 100000 measured steps (fill and drain are cut from the steady state)");
+}
+
+// The simulator's steady rate of R replicas of the cut `plan`, from a profile of one replica's
+// slice with its threads (threads / (R x K) per worker, at least 1). The simulator gives each
+// worker a device of its own; where the R x K workers' threads outnumber the cores they share
+// them, so each op takes that much longer.
+double predict_replicas(const partition::Plan& plan, models::Model& model, const BenchOptions& o, int K) {
+  Options replicated = bench_options(o, plan.ppv, K);
+  const int R = o.training().pipeline().replicas();
+  replicated.pipeline().replicas(R);
+  const Assembly cut = plan_pipeline(model, replicated, /*want_profile=*/true);
+  sim::PartitionCosts costs = sim::partition_costs(*cut.profile, cut.plan);
+  const int cores = resolved_threads(o.training().pipeline());
+  const double crowding = std::max(1.0, static_cast<double>(R * K * threads_per_worker(replicated.pipeline(), K)) / cores);
+  for (double& t : costs.forward_seconds) t *= crowding;
+  for (double& t : costs.backward_seconds) t *= crowding;
+  sim::SimulateOptions so;
+  so.batch_size = o.training().data().batch_size();
+  so.replicas = R;
+  return sim::simulate(schedule::make_schedule(schedule::ScheduleKind::kStale, K, 0, o.steps()), costs, so)
+      .steady_images_per_second;
 }
 
 // Profiles the model (the same cut as train: api/assemble.h) and fills in the predictions:
@@ -195,6 +224,7 @@ std::vector<int> predict(BenchReport& report, models::Model& model, const BenchO
   report.rates.simulated =
       sim::simulate(schedule::make_schedule(schedule::ScheduleKind::kStale, K, 0, o.steps()), costs, so)
           .steady_images_per_second;
+  if (o.training().pipeline().replicas() > 1) report.rates.simulated_replicas = predict_replicas(cut.plan, model, o, K);
   if (model.has_skips()) {
     // The same profile's costs, with the registers that a skip would cross ruled out.
     models::Model skip_free = model;  // shares the modules; only cut_after differs
@@ -254,6 +284,11 @@ std::vector<Config> bench_configs(const Setup& setup, const std::vector<int>& pp
   }
   configs.push_back({"emulated", c10::str("stale pipeline, emulated executor, ", per_worker, " thread(s)"),
                      [&setup, ppv, per_worker] { return measure(setup, ppv, ScheduleKind::kStale, "emulated", per_worker); }});
+  if (const int R = setup.options.training().pipeline().replicas(); R > 1) {
+    const int each = std::max(1, T / (R * K));
+    configs.push_back({"replicas", c10::str(R, " replicas of it, threads executor, ", R * K, " x ", each, " thread(s)"),
+                       [&setup, ppv, each, R] { return measure(setup, ppv, ScheduleKind::kStale, "threads", each, R); }});
+  }
   configs.push_back({"side_by_side", c10::str(K, " non-pipelined runs at once, ", per_worker, " thread(s) each"),
                      [&setup, K, per_worker] { return RunOutcome{measure_side_by_side(setup, K, per_worker), {}}; }});
   if (per_worker != 1 && per_worker != T) {
@@ -297,6 +332,7 @@ void collect(BenchReport& report, const std::vector<Config>& configs,
   report.rates.emulated = rate_of("emulated");
   report.rates.side_by_side = rate_of("side_by_side");
   report.rates.skip_free_cut = rate_of("skip_free_cut");
+  report.rates.replicas = rate_of("replicas");
   report.rates.non_pipelined_same_threads = per_worker == 1   ? report.rates.one_thread
                                             : per_worker == T ? report.rates.all_threads
                                                               : rate_of("same_threads");
@@ -328,6 +364,8 @@ BenchRatios compute_ratios(const BenchRates& r) {
   q.side_by_side_vs_one_thread = ratio(r.side_by_side, r.one_thread);
   q.pipeline_vs_side_by_side = ratio(r.pipeline, r.side_by_side);
   q.pipeline_vs_skip_free_cut = ratio(r.pipeline, r.skip_free_cut);
+  q.replicas_vs_pipeline = ratio(r.replicas, r.pipeline);
+  q.simulated_vs_measured_replicas = ratio(r.simulated_replicas, r.replicas);
   return q;
 }
 
@@ -348,6 +386,7 @@ std::vector<TargetCheck> check_targets(const BenchRatios& q) {
       target("emulated / non-pipelined same threads", q.emulated_vs_non_pipelined, 0.95, 1.05),
       target("simulated / measured pipeline", q.simulated_vs_measured, 0.85, 1.15),
       target("processes / threads executor (train)", q.processes_vs_threads, 0.9, kInf),
+      target("simulated / measured replicas", q.simulated_vs_measured_replicas, 0.85, 1.15),
   };
 }
 

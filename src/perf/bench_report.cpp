@@ -52,6 +52,7 @@ std::string format_bench_report(const BenchReport& r) {
   };
   extra("profile bound for the pipeline (slowest part.)", r.rates.bound);
   extra("simulator's prediction (stale, steady state)", r.rates.simulated);
+  extra("simulator's prediction for the replicas", r.rates.simulated_replicas);
   extra("train, threads executor (K workers)", r.rates.threads_train);
   extra("train, processes executor (K ranks)", r.rates.processes);
   if (!r.rates.processes_runs.empty()) {
@@ -115,6 +116,8 @@ std::string to_json(const BenchReport& r) {
                 {"threads_train", r.rates.threads_train},
                 {"side_by_side", r.rates.side_by_side},
                 {"skip_free_cut", r.rates.skip_free_cut},
+                {"replicas", r.rates.replicas},
+                {"simulated_replicas", r.rates.simulated_replicas},
                 {"processes_runs", r.rates.processes_runs},
                 {"threads_train_runs", r.rates.threads_train_runs}};
   j["ratios"] = {{"pipeline_vs_one_thread", r.ratios.pipeline_vs_one_thread},
@@ -125,7 +128,9 @@ std::string to_json(const BenchReport& r) {
                  {"processes_vs_threads", r.ratios.processes_vs_threads},
                  {"side_by_side_vs_one_thread", r.ratios.side_by_side_vs_one_thread},
                  {"pipeline_vs_side_by_side", r.ratios.pipeline_vs_side_by_side},
-                 {"pipeline_vs_skip_free_cut", r.ratios.pipeline_vs_skip_free_cut}};
+                 {"pipeline_vs_skip_free_cut", r.ratios.pipeline_vs_skip_free_cut},
+                 {"replicas_vs_pipeline", r.ratios.replicas_vs_pipeline},
+                 {"simulated_vs_measured_replicas", r.ratios.simulated_vs_measured_replicas}};
   auto& targets = j["targets"] = nlohmann::json::array();
   for (const auto& t : r.targets) {
     targets.push_back({{"name", t.name},
@@ -140,6 +145,7 @@ std::string to_json(const BenchReport& r) {
                   {"label", m.label},
                   {"executor", m.executor},
                   {"partitions", m.partitions},
+                  {"replicas", m.replicas},
                   {"threads_per_worker", m.threads_per_worker},
                   {"steps", m.steps},
                   {"images_per_second", m.images_per_second},

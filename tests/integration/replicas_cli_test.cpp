@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <set>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -80,6 +81,27 @@ TEST(ReplicasCli, AKilledRankEndsEveryRankNamingItAndResumeEqualsTheUninterrupte
   ASSERT_EQ(run_launch(4, {"train", "--resume", run, "--progress", "none"}, dir.file("resume.log"), 120), 0)
       << slurp(dir.file("resume.log"));
   expect_same_results(ref, run);
+}
+
+// Evaluation between epochs, the trace (a lane per worker of every replica) and the
+// divergence guard, with two replicas in one process.
+TEST(ReplicasCli, EvalEveryTracesAndTheDivergenceGuardWorkWithReplicas) {
+  TempDir dir;
+  auto args = replica_args("lenet5", "2", 2, 2, dir.file("run"), "threads", 2, "synthetic:256");
+  args.insert(args.end(), {"--eval-every", "2", "--trace", dir.file("trace.json")});
+  ASSERT_EQ(wait_for(spawn(args, {}, dir.file("run.log")), 60), 0) << slurp(dir.file("run.log"));
+  EXPECT_EQ(json_file(dir.file("run") + "/summary.json")["evaluations"], 4) << slurp(dir.file("run.log"));
+  const auto trace = json_file(dir.file("trace.json"));
+  std::set<int> lanes;
+  for (const auto& e : trace["traceEvents"]) {
+    if (e["ph"] == "X") lanes.insert(e["tid"].get<int>());
+  }
+  EXPECT_EQ(lanes, (std::set<int>{1, 2, 3, 4}));
+
+  auto diverging = replica_args("lenet5", "2", 2, 2, dir.file("bad"), "threads", 2, "synthetic:256");
+  diverging.insert(diverging.end(), {"--lr", "1e9", "--momentum", "0"});
+  EXPECT_EQ(wait_for(spawn(diverging, {}, dir.file("bad.log")), 60), 1) << slurp(dir.file("bad.log"));
+  EXPECT_NE(slurp(dir.file("bad.log")).find("the run diverged"), std::string::npos) << slurp(dir.file("bad.log"));
 }
 
 TEST(ReplicasCli, AWorldSizeThatIsNotReplicasTimesPartitionsIsRefused) {

@@ -9,6 +9,8 @@
 //   emulated       the same stale pipeline on the emulated executor (one op at a time);
 //   same_threads   non-pipelined with threads/K threads, measured only when threads/K is
 //                  neither 1 nor `threads` (the emulator's fair comparison);
+//   replicas       with PipelineOptions::replicas R > 1: R copies of the stale pipeline on the
+//                  threads executor, R x K workers with threads / (R x K) threads each;
 //   side_by_side   K independent non-pipelined models trained at once on K threads with
 //                  threads/K threads each: the pipeline's workers without the pipeline. The
 //                  summed rate is what the hardware gives K such workers (they contend for
@@ -69,6 +71,7 @@ struct Measurement {
   std::string label;                  // human-readable, e.g. "stale pipeline, threads, 2 x 1 thread"
   std::string executor;               // emulated | threads
   int partitions = 1;
+  int replicas = 1;
   std::vector<int> threads_per_worker;
   int64_t steps = 0;                  // measured steps (after warm-up)
   double images_per_second = 0;       // steady state (see above); the median over the rounds
@@ -101,6 +104,11 @@ struct BenchRates {
   // The stale pipeline at the best cut that no skip tensor crosses (a ResNet's block
   // boundaries), measured where the chosen cut has a skip tensor cross a register.
   double skip_free_cut = 0;
+  // PipelineOptions::replicas R > 1: R copies of the stale pipeline (threads executor, R x K
+  // workers at threads / (R x K) threads), and the simulator's rate for them (a profile of one
+  // replica's slice; where the workers outnumber the cores, each op slowed by that ratio).
+  double replicas = 0;
+  double simulated_replicas = 0;
   // Each of the alternated runs behind the two rates above (their medians).
   std::vector<double> processes_runs, threads_train_runs;
 };
@@ -116,6 +124,8 @@ struct BenchRatios {
   double side_by_side_vs_one_thread = 0;
   double pipeline_vs_side_by_side = 0;
   double pipeline_vs_skip_free_cut = 0;  // the chosen cut against the best skip-free one
+  double replicas_vs_pipeline = 0;
+  double simulated_vs_measured_replicas = 0;
 };
 
 // Ratios of measured rates; a ratio whose denominator or numerator is 0 is 0.
@@ -123,7 +133,8 @@ BenchRatios compute_ratios(const BenchRates& rates);
 
 // The speed targets on the ratios: pipeline >= 1.8 x one thread, >= 0.9 x bound, >= 1.0 x
 // all threads; emulated within 5% of non-pipelined; simulated within 15% of measured;
-// processes >= 0.9 x threads. A target whose ratio is 0 is reported as not measured.
+// processes >= 0.9 x threads; with replicas, simulated within 15% of measured. A target whose
+// ratio is 0 is reported as not measured.
 std::vector<TargetCheck> check_targets(const BenchRatios& ratios);
 
 // batch / max_k (forward_k + backward_k) in images/s. Throws UsageError for empty or
