@@ -90,7 +90,8 @@ TEST(ReplicasCli, EvalEveryTracesAndTheDivergenceGuardWorkWithReplicas) {
   auto args = replica_args("lenet5", "2", 2, 2, dir.file("run"), "threads", 2, "synthetic:256");
   args.insert(args.end(), {"--eval-every", "2", "--trace", dir.file("trace.json")});
   ASSERT_EQ(wait_for(spawn(args, {}, dir.file("run.log")), 60), 0) << slurp(dir.file("run.log"));
-  EXPECT_EQ(json_file(dir.file("run") + "/summary.json")["evaluations"], 4) << slurp(dir.file("run.log"));
+  // 8 steps per epoch: steps 2, 4, 6, 8 (the epoch's end), 10, ..., 16.
+  EXPECT_EQ(json_file(dir.file("run") + "/summary.json")["evaluations"], 8) << slurp(dir.file("run.log"));
   const auto trace = json_file(dir.file("trace.json"));
   std::set<int> lanes;
   for (const auto& e : trace["traceEvents"]) {

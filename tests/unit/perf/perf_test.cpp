@@ -58,6 +58,8 @@ BenchRates good_rates() {
   r.processes = 90;
   r.threads_train = 95;
   r.side_by_side = 100;
+  r.replicas = 180;
+  r.simulated_replicas = 190;
   return r;
 }
 
@@ -71,6 +73,8 @@ TEST(Bench, RatiosOfGivenRates) {
   EXPECT_DOUBLE_EQ(q.processes_vs_threads, 90.0 / 95.0);
   EXPECT_DOUBLE_EQ(q.side_by_side_vs_one_thread, 2.0);
   EXPECT_DOUBLE_EQ(q.pipeline_vs_side_by_side, 0.95);
+  EXPECT_DOUBLE_EQ(q.replicas_vs_pipeline, 180.0 / 95.0);
+  EXPECT_DOUBLE_EQ(q.simulated_vs_measured_replicas, 190.0 / 180.0);
   for (const auto& t : check_targets(q)) EXPECT_TRUE(t.pass()) << t.name << " " << t.value;
 }
 
@@ -80,9 +84,12 @@ TEST(Bench, TargetsMissAndNotMeasured) {
   r.emulated = 44;    // 12% slower than non-pipelined
   r.simulated = 100;  // 25% above the measured 80
   r.processes = 0;    // not measured
+  r.simulated_replicas = 240;  // 33% above the measured 180
   std::map<std::string, TargetCheck> by_name;
   for (const auto& t : check_targets(compute_ratios(r))) by_name[t.name] = t;
-  ASSERT_EQ(by_name.size(), 6u);
+  ASSERT_EQ(by_name.size(), 7u);
+  EXPECT_FALSE(by_name["simulated / measured replicas"].pass());
+  EXPECT_TRUE(by_name["simulated / measured replicas"].measured);
   EXPECT_FALSE(by_name["pipeline / non-pipelined 1 thread"].pass());
   EXPECT_FALSE(by_name["pipeline / profile bound"].pass());
   EXPECT_FALSE(by_name["pipeline / non-pipelined all threads"].pass());
