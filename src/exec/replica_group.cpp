@@ -80,9 +80,9 @@ namespace detail {
 namespace {
 
 // The gradient sums overlap the backward on a CPU stage: a hook on each parameter keeps the
-// gradient the last backward of a step computes for it, and once a bucket's parameters all
-// have theirs (and every earlier bucket has started), its gather starts while autograd goes on
-// with the earlier layers. The autograd engine sums every contribution to a parameter before
+// gradient the last backward of a step computes for it (where no earlier micro-batch left one
+// to add it to), and once a bucket's parameters all have theirs (and every earlier bucket has
+// started), its gather starts while autograd goes on with the earlier layers. The autograd engine sums every contribution to a parameter before
 // its hook runs, so each hook runs at most once per backward; a parameter that gets no
 // gradient leaves its bucket to be started after the backward, from the parameters' grad.
 // Buckets start in the same order on every replica (Gloo matches collectives by order).
@@ -146,6 +146,9 @@ class GroupReplicaPeers final : public ReplicaPeers {
   void arrived(size_t i, const torch::Tensor& grad) {
     if (!collecting_) return;
     SP_CHECK(!hooked_[i].defined(), "replica gradient hook: parameter ", i, " got two gradients in one backward");
+    // The hook sees this backward's part; where earlier micro-batches left a gradient, the sum
+    // is the parameter's grad after the backward, and its bucket starts then.
+    if (params_[i].grad().defined()) return;
     hooked_[i] = grad.detach();
     --missing_[bucket_of_.at(i)];
     // Start, in bucket order, every bucket that is whole.

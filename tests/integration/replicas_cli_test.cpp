@@ -28,17 +28,25 @@ std::vector<std::string> replica_args(const std::string& model, const std::strin
   return args;
 }
 
-class ReplicaProcessesEqualThreads : public ::testing::TestWithParam<std::pair<std::string, std::string>> {};
+struct ReplicaCase {
+  std::string name, model, ppv;
+  std::vector<std::string> flags;
+};
+
+class ReplicaProcessesEqualThreads : public ::testing::TestWithParam<ReplicaCase> {};
 
 TEST_P(ReplicaProcessesEqualThreads, BitForBit) {
-  const auto [model, ppv] = GetParam();
+  const ReplicaCase& c = GetParam();
   TempDir dir;
   const std::string ref = dir.file("threads"), run = dir.file("processes");
-  const std::string data = model == "lenet5" ? "synthetic:256" : "synthetic:96";
-  ASSERT_EQ(wait_for(spawn(replica_args(model, ppv, 2, 2, ref, "threads", 2, data), {}, dir.file("ref.log")), 120), 0)
-      << slurp(dir.file("ref.log"));
-  ASSERT_EQ(run_launch(4, replica_args(model, ppv, 2, 2, run, "processes", 2, data), dir.file("run.log"), 120), 0)
-      << slurp(dir.file("run.log"));
+  const std::string data = c.model == "lenet5" ? "synthetic:256" : "synthetic:96";
+  auto args = [&](const std::string& out, const std::string& executor) {
+    auto a = replica_args(c.model, c.ppv, 2, 2, out, executor, 2, data);
+    a.insert(a.end(), c.flags.begin(), c.flags.end());
+    return a;
+  };
+  ASSERT_EQ(wait_for(spawn(args(ref, "threads"), {}, dir.file("ref.log")), 120), 0) << slurp(dir.file("ref.log"));
+  ASSERT_EQ(run_launch(4, args(run, "processes"), dir.file("run.log"), 120), 0) << slurp(dir.file("run.log"));
   expect_same_results(ref, run);
   const std::string log = slurp(dir.file("run.log"));
   EXPECT_NE(log.find("replica 2: ranks 2-3 (partitions 1-2)"), std::string::npos) << log;
@@ -46,10 +54,15 @@ TEST_P(ReplicaProcessesEqualThreads, BitForBit) {
   EXPECT_EQ(json_file(run + "/checkpoint/manifest.json")["shards"].size(), 2u);
 }
 
+// GPipe's micro-batches: the gradient sums start in the last micro-batch's backward only; 1F1B
+// runs backward with stashed weights, recomputation backward twice.
 INSTANTIATE_TEST_SUITE_P(Models, ReplicaProcessesEqualThreads,
-                         ::testing::Values(std::make_pair(std::string("lenet5"), std::string("2")),
-                                           std::make_pair(std::string("resnet20"), std::string("8"))),
-                         [](const auto& info) { return info.param.first; });
+                         ::testing::Values(ReplicaCase{"lenet5", "lenet5", "2", {}},
+                                           ReplicaCase{"resnet20", "resnet20", "8", {}},
+                                           ReplicaCase{"lenet5_gpipe", "lenet5", "2", {"--schedule", "gpipe", "--micro-batches", "2"}},
+                                           ReplicaCase{"lenet5_1f1b_prediction_recompute", "lenet5", "2",
+                                                       {"--schedule", "1f1b-stash", "--weight-prediction", "--recompute", "1"}}),
+                         [](const auto& info) { return info.param.name; });
 
 TEST(ReplicasCli, AKilledRankEndsEveryRankNamingItAndResumeEqualsTheUninterruptedRun) {
   TempDir dir;

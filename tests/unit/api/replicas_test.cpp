@@ -25,11 +25,12 @@ struct ReplicaRun {
   int64_t train_size = 96;
   double lr = 0.05;
   int64_t checkpoint_every = 0;  // also drains there
+  bool weight_prediction = false;
 };
 
 Options options_of(const ReplicaRun& s) {
   Options o;
-  o.optimizer().lr(s.lr).lr_schedule(LrScheduleKind::kConstant);
+  o.optimizer().lr(s.lr).lr_schedule(LrScheduleKind::kConstant).weight_prediction(s.weight_prediction);
   o.pipeline()
       .ppv(s.ppv)
       .replicas(s.replicas)
@@ -132,13 +133,20 @@ TEST(Replicas, FourReplicasGiveTheSameBitsRunAfterRunAndOnEitherExecutor) {
   expect_same(a, train(s));
 }
 
-TEST(Replicas, GPipeMicroBatchesAndTheHybridRunWithReplicas) {
+TEST(Replicas, EveryScheduleAndAMitigationRunWithReplicas) {
   ReplicaRun s;
   s.schedule = "gpipe";
   s.micro_batches = 2;
   const Trained gpipe = train(s);
   s.executor = "emulated";
   expect_same(gpipe, train(s));
+  ReplicaRun stash;
+  stash.schedule = "1f1b-stash";
+  stash.weight_prediction = true;
+  const Trained threads = train(stash);
+  stash.executor = "emulated";
+  expect_same(threads, train(stash));
+  expect_replicas_equal(threads);
   ReplicaRun h;
   h.schedule = "hybrid";
   Options o = options_of(h);
