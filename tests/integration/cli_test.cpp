@@ -324,7 +324,15 @@ TEST(Cli, BenchAndMemoryReport) {
                            "side_by_side"}) {
     EXPECT_GT(j.at("rates").at(rate).get<double>(), 0) << rate;
   }
-  EXPECT_EQ(j.at("targets").size(), 6u);
+  EXPECT_EQ(j.at("targets").size(), 7u);  // the replicas' is not measured here
+  const auto replicated = run_cli({"bench", "--model", "lenet5", "--batch-size", "16", "--warmup-steps", "1", "--steps",
+                                   "10", "--threads", "2", "--replicas", "2", "--json", dir.path() + "/replicas.json"});
+  ASSERT_EQ(replicated.status, 0) << replicated.err;
+  const auto jr = nlohmann::json::parse(std::ifstream(dir.path() + "/replicas.json"));
+  EXPECT_GT(jr.at("rates").at("replicas").get<double>(), 0);
+  EXPECT_GT(jr.at("rates").at("simulated_replicas").get<double>(), 0);
+  EXPECT_NE(replicated.out.find("2 replicas of it, threads executor, 4 x 1 thread(s)"), std::string::npos)
+      << replicated.out;
   const auto memory = run_cli({"memory", "--model", "lenet5", "--pipeline", "2", "--batch-size", "8",
                                "--json", dir.path() + "/memory.json"});
   ASSERT_EQ(memory.status, 0) << memory.err;

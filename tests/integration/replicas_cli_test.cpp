@@ -33,6 +33,8 @@ struct ReplicaCase {
   std::vector<std::string> flags;
 };
 
+void PrintTo(const ReplicaCase& c, std::ostream* out) { *out << c.name; }
+
 class ReplicaProcessesEqualThreads : public ::testing::TestWithParam<ReplicaCase> {};
 
 TEST_P(ReplicaProcessesEqualThreads, BitForBit) {
