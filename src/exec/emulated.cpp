@@ -40,20 +40,16 @@ SegmentResult EmulatedExecutor::run(const schedule::Schedule& schedule,
   const int R = detail::replica_count(schedule, stages);
   const auto wiring = detail::Wiring::pipeline({stages.begin(), stages.begin() + K});
   std::vector<std::unique_ptr<MailboxLinks>> links;  // [replica]
-  for (int r = 0; r < R; ++r) links.push_back(std::make_unique<MailboxLinks>(wiring));
-  // Replicas run each operation in replica order; their gradient sum runs before their updates.
-  std::optional<detail::LocalReplicas> replicas;
-  if (R > 1) replicas.emplace(stages, K, context, /*blocking=*/false);
-  std::vector<SegmentContext> contexts;
-  for (int r = 0; r < R; ++r) contexts.push_back(replicas ? replicas->context_for(r) : context);
-  std::vector<detail::WorkerLoop> loops;  // [r * K + k]
-  loops.reserve(stages.size());
+  std::vector<detail::Links*> link_ptrs;
   for (int r = 0; r < R; ++r) {
-    for (int k = 0; k < K; ++k) {
-      loops.emplace_back(schedule, wiring, k, *stages[r * K + k], *links[r], contexts[r],
-                         replicas ? &replicas->peers(r, k) : nullptr);
-    }
+    links.push_back(std::make_unique<MailboxLinks>(wiring));
+    link_ptrs.push_back(links.back().get());
   }
+  // Replicas run each operation in replica order; their gradient sum runs before their updates.
+  detail::LocalWorkers workers;
+  detail::build_local_workers(workers, schedule, wiring, stages, link_ptrs, context, /*blocking=*/false);
+  auto& loops = workers.loops;  // [r * K + k]
+  auto& replicas = workers.replicas;
   // The loop's step, not the op's: a loss read late names the step it belongs to.
   auto fail = [&](int i) {
     for (Stage* s : stages) s->clear_in_flight();

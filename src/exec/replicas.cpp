@@ -87,6 +87,22 @@ StepLoss combine_losses(const std::vector<StepLoss>& slices) {
   return total;
 }
 
+void build_local_workers(LocalWorkers& out, const schedule::Schedule& schedule, const Wiring& wiring,
+                         std::vector<Stage*>& stages, const std::vector<Links*>& links,
+                         const SegmentContext& context, bool blocking) {
+  const int K = schedule.num_workers;
+  const int R = static_cast<int>(links.size());
+  if (R > 1) out.replicas.emplace(stages, K, context, blocking);
+  for (int r = 0; r < R; ++r) out.contexts.push_back(out.replicas ? out.replicas->context_for(r) : context);
+  out.loops.reserve(stages.size());
+  for (int r = 0; r < R; ++r) {
+    for (int k = 0; k < K; ++k) {
+      out.loops.emplace_back(schedule, wiring, k, *stages[r * K + k], *links[r], out.contexts[r],
+                             out.replicas ? &out.replicas->peers(r, k) : nullptr);
+    }
+  }
+}
+
 int replica_count(const schedule::Schedule& schedule, const std::vector<Stage*>& stages) {
   const int K = schedule.num_workers;
   SP_CHECK(K > 0 && !stages.empty() && stages.size() % static_cast<size_t>(K) == 0, "schedule has ", K,

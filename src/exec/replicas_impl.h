@@ -22,6 +22,7 @@
 #include "stalepipe/common/channel.h"
 #include "stalepipe/exec/executor.h"
 #include "stalepipe/exec/stage.h"
+#include "worker_impl.h"
 
 namespace stalepipe::exec {
 class ProcessGroup;
@@ -117,6 +118,18 @@ class LocalReplicas {
   bool closed_ = false;
   std::map<int64_t, std::vector<std::optional<StepLoss>>> losses_;  // step -> per replica
 };
+
+// The workers of the replicas in this process (R = stages / K, each over its own links):
+// the LocalReplicas (with R > 1), each replica's context and the loops, replica after replica.
+// Built in place: the loops hold references to the contexts and the replicas.
+struct LocalWorkers {
+  std::optional<LocalReplicas> replicas;
+  std::vector<SegmentContext> contexts;  // [replica]
+  std::vector<WorkerLoop> loops;         // [r * K + k]
+};
+void build_local_workers(LocalWorkers& out, const schedule::Schedule& schedule, const Wiring& wiring,
+                         std::vector<Stage*>& stages, const std::vector<Links*>& links,
+                         const SegmentContext& context, bool blocking);
 
 // The processes executor's replicas (replica_group.cpp), over the group of each partition's R
 // ranks.

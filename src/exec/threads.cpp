@@ -54,24 +54,20 @@ SegmentResult ThreadsExecutor::run(const schedule::Schedule& schedule,
   }
   const auto wiring = detail::Wiring::pipeline({stages.begin(), stages.begin() + K});
   std::vector<std::unique_ptr<ChannelLinks>> links;  // [replica]
-  for (int r = 0; r < R; ++r) links.push_back(std::make_unique<ChannelLinks>(wiring, capacity));
-  std::optional<detail::LocalReplicas> replicas;
-  if (R > 1) replicas.emplace(stages, K, context, /*blocking=*/true);
-  std::vector<SegmentContext> contexts;
-  for (int r = 0; r < R; ++r) contexts.push_back(replicas ? replicas->context_for(r) : context);
+  std::vector<detail::Links*> link_ptrs;
+  for (int r = 0; r < R; ++r) {
+    links.push_back(std::make_unique<ChannelLinks>(wiring, capacity));
+    link_ptrs.push_back(links.back().get());
+  }
+  detail::LocalWorkers workers;
+  detail::build_local_workers(workers, schedule, wiring, stages, link_ptrs, context, /*blocking=*/true);
+  auto& loops = workers.loops;
+  auto& replicas = workers.replicas;
 
   std::mutex error_mutex;
   std::exception_ptr first_error;
   int error_worker = -1;
   int64_t error_step = -1;
-  std::vector<detail::WorkerLoop> loops;
-  loops.reserve(stages.size());
-  for (int r = 0; r < R; ++r) {
-    for (int k = 0; k < K; ++k) {
-      loops.emplace_back(schedule, wiring, k, *stages[r * K + k], *links[r], contexts[r],
-                         replicas ? &replicas->peers(r, k) : nullptr);
-    }
-  }
 
   auto body = [&](int i) {
     detail::use_worker_threads(context, i % K);

@@ -51,6 +51,50 @@ std::string to_chrome_trace(const std::vector<OpEvent>& events) {
   return nlohmann::json{{"traceEvents", list}, {"displayTimeUnit", "ms"}}.dump() + "\n";
 }
 
+namespace {
+
+// One event's box (and label) at [x0, x0 + w] in the row at y; t0: the diagram's origin.
+std::string event_svg(const OpEvent& e, double x0, double w, double y, double box, double t0) {
+  char buf[512];
+  std::string svg;
+  if (e.sum) {
+    std::snprintf(buf, sizeof buf,
+                  "<rect x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"%.1f\" fill=\"#9a9a9a\">"
+                  "<title>sum of %lld's gradient with the replicas %.3f-%.3f ms</title></rect>\n",
+                  x0, y, w, box, static_cast<long long>(e.op.step), (e.start_seconds - t0) * 1e3,
+                  (e.end_seconds - t0) * 1e3);
+    svg += buf;
+    return svg;
+  }
+  if (e.op.kind == schedule::OpKind::kUpdate) {
+    std::snprintf(buf, sizeof buf,
+                  "<rect x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"%.1f\" fill=\"#333\">"
+                  "<title>%s</title></rect>\n",
+                  x0, y, std::max(w, 1.0), box, schedule::to_string(e.op).c_str());
+    svg += buf;
+    return svg;
+  }
+  const bool fwd = e.op.kind == schedule::OpKind::kForward;
+  std::snprintf(buf, sizeof buf,
+                "<rect x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"%.1f\" fill=\"%s\" "
+                "stroke=\"white\" stroke-width=\"0.5\"><title>%s %.3f-%.3f ms</title></rect>\n",
+                x0, y, w, box, fwd ? "#4c78a8" : "#f58518", schedule::to_string(e.op).c_str(),
+                (e.start_seconds - t0) * 1e3, (e.end_seconds - t0) * 1e3);
+  svg += buf;
+  const std::string label = std::to_string(e.op.step);
+  const double font = std::min(11.0, w / (0.65 * static_cast<double>(label.size()) + 0.3));
+  if (font >= 5) {  // the label shrinks with its box; boxes too narrow stay unlabelled
+    std::snprintf(buf, sizeof buf,
+                  "<text x=\"%.2f\" y=\"%.1f\" text-anchor=\"middle\" fill=\"white\" "
+                  "font-size=\"%.1f\">%s</text>\n",
+                  x0 + w / 2, y + box / 2 + font / 3, font, label.c_str());
+    svg += buf;
+  }
+  return svg;
+}
+
+}  // namespace
+
 std::string space_time_svg(const std::vector<OpEvent>& events, int num_workers,
                            const std::string& title) {
   for (const auto& e : events) num_workers = std::max(num_workers, e.worker + 1);
@@ -90,41 +134,8 @@ std::string space_time_svg(const std::vector<OpEvent>& events, int num_workers,
     svg += buf;
   }
   for (const auto& e : events) {
-    const double y = top + row * e.worker;
-    const double x0 = x(e.start_seconds), w = std::max(x(e.end_seconds) - x0, 0.5);
-    if (e.sum) {
-      std::snprintf(buf, sizeof buf,
-                    "<rect x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"%.1f\" fill=\"#9a9a9a\">"
-                    "<title>sum of %lld's gradient with the replicas %.3f-%.3f ms</title></rect>\n",
-                    x0, y, w, box, static_cast<long long>(e.op.step), (e.start_seconds - t0) * 1e3,
-                    (e.end_seconds - t0) * 1e3);
-      svg += buf;
-      continue;
-    }
-    if (e.op.kind == schedule::OpKind::kUpdate) {
-      std::snprintf(buf, sizeof buf,
-                    "<rect x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"%.1f\" fill=\"#333\">"
-                    "<title>%s</title></rect>\n",
-                    x0, y, std::max(w, 1.0), box, schedule::to_string(e.op).c_str());
-      svg += buf;
-      continue;
-    }
-    const bool fwd = e.op.kind == schedule::OpKind::kForward;
-    std::snprintf(buf, sizeof buf,
-                  "<rect x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"%.1f\" fill=\"%s\" "
-                  "stroke=\"white\" stroke-width=\"0.5\"><title>%s %.3f-%.3f ms</title></rect>\n",
-                  x0, y, w, box, fwd ? "#4c78a8" : "#f58518", schedule::to_string(e.op).c_str(),
-                  (e.start_seconds - t0) * 1e3, (e.end_seconds - t0) * 1e3);
-    svg += buf;
-    const std::string label = std::to_string(e.op.step);
-    const double font = std::min(11.0, w / (0.65 * static_cast<double>(label.size()) + 0.3));
-    if (font >= 5) {  // the label shrinks with its box; boxes too narrow stay unlabelled
-      std::snprintf(buf, sizeof buf,
-                    "<text x=\"%.2f\" y=\"%.1f\" text-anchor=\"middle\" fill=\"white\" "
-                    "font-size=\"%.1f\">%s</text>\n",
-                    x0 + w / 2, y + box / 2 + font / 3, font, label.c_str());
-      svg += buf;
-    }
+    const double x0 = x(e.start_seconds);
+    svg += event_svg(e, x0, std::max(x(e.end_seconds) - x0, 0.5), top + row * e.worker, box, t0);
   }
   std::snprintf(buf, sizeof buf,
                 "<text x=\"%.0f\" y=\"%.0f\">0</text><text x=\"%.0f\" y=\"%.0f\" "

@@ -167,15 +167,7 @@ class Replay {
     const double end = std::max(start + transfer(bytes), b_end + transfer(std::min(bytes, kGradientBucketBytes)));
     link = end;
     const double exposed_from = std::max(b_end, free_at_[k]);
-    if (end > exposed_from) {
-      OpEvent e;
-      e.worker = k;
-      e.op = op;
-      e.start_seconds = exposed_from;
-      e.end_seconds = end;
-      e.sum = true;
-      p_.events.push_back(e);
-    }
+    if (end > exposed_from) p_.events.push_back(OpEvent{k, op, exposed_from, end, /*sum=*/true});
     return end;
   }
 
