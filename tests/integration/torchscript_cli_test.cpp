@@ -211,5 +211,28 @@ TEST(TorchScriptCli, RanksOfAProcessesRunMustLoadTheSameFile) {
   }
 }
 
+// Two replicas of a 2-partition pipeline, replica 2 with another content: every rank refuses,
+// naming the first rank of replica 2.
+TEST(TorchScriptCli, ReplicasMustLoadTheSameFile) {
+  TempDir dir;
+  std::filesystem::create_directories(dir.file("a"));
+  std::filesystem::create_directories(dir.file("b"));
+  save_script(lenet(5), dir.file("a/net.pt"));
+  save_script(lenet(6), dir.file("b/net.pt"));
+  const int port = free_port();
+  std::vector<pid_t> pids;
+  for (int r = 0; r < 4; ++r) {
+    pids.push_back(spawn(with(small_run("net.pt"), {"--executor", "processes", "--replicas", "2", "--threads", "4"}),
+                         rank_env(r, 4, port), dir.file("rank" + std::to_string(r) + ".log"), STALEPIPE_BINARY,
+                         dir.file(r < 2 ? "a" : "b")));
+  }
+  for (int r = 0; r < 4; ++r) {
+    const int status = wait_for(pids[r], 120);
+    const std::string full = slurp(dir.file("rank" + std::to_string(r) + ".log"));
+    EXPECT_EQ(status, 2) << full;
+    EXPECT_NE(full.find("net.pt: rank 2 loaded content with digest crc32:"), std::string::npos) << full;
+  }
+}
+
 }  // namespace
 }  // namespace stalepipe::test
