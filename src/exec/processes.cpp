@@ -150,6 +150,18 @@ void ProcessGroup::connect_gloo(const ProcessGroupOptions& o, const std::string&
 }
 
 ProcessGroup::~ProcessGroup() {
+  // Rank 0 serves the store: after a failure it stays until every rank has read which rank
+  // failed first (or a few seconds), or those failing after it would find no record.
+  if (failed_ && rank_ == 0) {
+    const auto deadline = std::chrono::steady_clock::now() + std::min<std::chrono::milliseconds>(timeout_, std::chrono::seconds(3));
+    try {
+      while (impl_->store->add("stalepipe/failures", 0) < size_ && std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+    } catch (const std::exception&) {
+      // The store is broken too: nothing to wait for.
+    }
+  }
   {
     std::lock_guard<std::mutex> lock(impl_->mutex);
     impl_->closing = true;
@@ -180,6 +192,13 @@ ProcessGroup::~ProcessGroup() {
   // A timeout may be a cascade: the peer waits for a third rank, or rank 0's host is cut off.
   const bool store = !timed_out || impl_->watch->store_answers();
   const int silent = timed_out && store ? impl_->watch->silent_one(peer) : peer;
+  if (store) {
+    try {
+      impl_->store->add("stalepipe/failures", 1);  // read: rank 0 may go (see the destructor)
+    } catch (const std::exception&) {
+      // Gone with rank 0.
+    }
+  }
   const std::string who = silent == peer ? name(peer) : c10::str(name(silent), ", which ", name(peer), " waits for,");
   throw RuntimeError(c10::str(other ? first + " failed first; " : std::string(), who,
                               timed_out ? c10::str(" did not answer within ", timeout_.count() / 1000, " s")

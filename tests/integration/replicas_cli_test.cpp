@@ -66,12 +66,15 @@ INSTANTIATE_TEST_SUITE_P(Models, ReplicaProcessesEqualThreads,
                                                        {"--schedule", "1f1b-stash", "--weight-prediction", "--recompute", "1"}}),
                          [](const auto& info) { return info.param.name; });
 
-TEST(ReplicasCli, AKilledRankEndsEveryRankNamingItAndResumeEqualsTheUninterruptedRun) {
+class ReplicaKill : public ::testing::TestWithParam<std::pair<std::string, std::string>> {};
+
+TEST_P(ReplicaKill, AKilledRankEndsEveryRankNamingItAndResumeEqualsTheUninterruptedRun) {
+  const auto [model, ppv] = GetParam();
   TempDir dir;
   const std::string ref = dir.file("ref"), run = dir.file("run");
   // A small lr, so that a long run cannot diverge before the kill.
-  auto args_for = [&](const std::string& out) {
-    auto args = replica_args("lenet5", "2", 2, 2, out, "processes", 6, "synthetic:1024");
+  auto args_for = [&, model = model, ppv = ppv](const std::string& out) {
+    auto args = replica_args(model, ppv, 2, 2, out, "processes", 6, model == "lenet5" ? "synthetic:1024" : "synthetic:256");
     args.insert(args.end(), {"--checkpoint-every", "8", "--lr", "0.005", "--timeout-seconds", "10"});
     return args;
   };
@@ -97,6 +100,11 @@ TEST(ReplicasCli, AKilledRankEndsEveryRankNamingItAndResumeEqualsTheUninterrupte
       << slurp(dir.file("resume.log"));
   expect_same_results(ref, run);
 }
+
+INSTANTIATE_TEST_SUITE_P(Models, ReplicaKill,
+                         ::testing::Values(std::make_pair(std::string("lenet5"), std::string("2")),
+                                           std::make_pair(std::string("resnet20"), std::string("8"))),
+                         [](const auto& info) { return info.param.first; });
 
 // Evaluation between epochs, the trace (a lane per worker of every replica) and the
 // divergence guard, with two replicas in one process.
