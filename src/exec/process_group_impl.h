@@ -49,6 +49,10 @@ class WaitWatch {
   int silent_one(int peer) const;
   // Whether the store (on rank 0's host) answers within half a second.
   bool store_answers() const;
+  // A rank records here that it failed (ProcessGroup::fail); failed_replica gives another
+  // replica of `rank`'s partition that did (-1: none, or the store is out of reach).
+  void record_failure() const;
+  int failed_replica(int rank, int partitions, int replicas) const;
 
  private:
   void run();

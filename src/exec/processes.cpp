@@ -194,6 +194,7 @@ ProcessGroup::~ProcessGroup() {
   const int silent = timed_out && store ? impl_->watch->silent_one(peer) : peer;
   if (store) {
     try {
+      impl_->watch->record_failure();
       impl_->store->add("stalepipe/failures", 1);  // read: rank 0 may go (see the destructor)
     } catch (const std::exception&) {
       // Gone with rank 0.

@@ -52,14 +52,25 @@ std::unique_ptr<ProcessGroup::PendingGather> ProcessGroup::gather_replicas(const
   return g;
 }
 
+// Waited for in slices: a replica that failed and waits for the others to read the store
+// (rank 0 serves it, and stays a moment: processes.cpp) keeps its connections open, so between
+// slices the store says whether one of them failed, before rank 0 and the store are gone.
 std::vector<torch::Tensor> ProcessGroup::finish_gather(PendingGather& gather) {
   const WaitWatch::Scope waiting(impl_->watch.get(), other_replica());
-  try {
-    if (!gather.work->wait(timeout_)) throw std::runtime_error("the gather was aborted");
-  } catch (const std::exception& e) {
-    fail(other_replica(), "sum gradients with the other replicas", e);
+  const auto deadline = std::chrono::steady_clock::now() + timeout_;
+  const std::string what = "sum gradients with the other replicas";
+  for (;;) {
+    try {
+      if (!gather.work->wait(std::chrono::milliseconds(250))) throw std::runtime_error("the gather was aborted");
+      return std::move(gather.outputs[0]);
+    } catch (const std::exception& e) {
+      const std::string message = e.what();
+      const bool slice_over = message.find("timed out") != std::string::npos;
+      if (!slice_over || std::chrono::steady_clock::now() >= deadline) fail(other_replica(), what, e);
+      const int failed = impl_->watch->failed_replica(rank_, partitions(), replicas_);
+      if (failed >= 0) fail(failed, what, std::runtime_error(c10::str(describe(failed, partitions(), replicas_), " failed")));
+    }
   }
-  return std::move(gather.outputs[0]);
 }
 
 void ProcessGroup::broadcast_from_first_replica(torch::Tensor& tensor) {

@@ -85,6 +85,18 @@ int WaitWatch::silent_one(int peer) const {
   return p;
 }
 
+void WaitWatch::record_failure() const {
+  store_->set(c10::str("stalepipe/failed/", rank_), std::vector<uint8_t>{1});
+}
+
+int WaitWatch::failed_replica(int rank, int partitions, int replicas) const {
+  for (int r = 0; r < replicas; ++r) {
+    const int peer = r * partitions + rank % partitions;
+    if (peer != rank && has(c10::str("stalepipe/failed/", peer), std::chrono::milliseconds(1))) return peer;
+  }
+  return -1;
+}
+
 bool WaitWatch::store_answers() const { return has("stalepipe/compared", std::chrono::milliseconds(500)); }
 
 }  // namespace stalepipe::exec
