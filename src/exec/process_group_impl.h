@@ -68,6 +68,12 @@ class WaitWatch {
   std::thread thread_;
 };
 
+// What an exception that a c10d worker thread raised says, as an exception of this thread.
+// c10d hands it over under a lock inside LibTorch, which ThreadSanitizer does not see, so
+// under TSan the reads of it here are ignored (only these); the object itself is never freed
+// here (a failed group's works are abandoned with it).
+std::runtime_error message_of_worker_error(const std::exception& e);
+
 // A send still in flight: the tensor must outlive it.
 struct PendingSend {
   torch::Tensor tensor;

@@ -12,7 +12,29 @@
 #include "stalepipe/common/error.h"
 #include "stalepipe/exec/checkpoint.h"
 
+#if defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+extern "C" void __tsan_ignore_thread_begin();
+extern "C" void __tsan_ignore_thread_end();
+#define SP_IGNORE_THREAD_BEGIN() __tsan_ignore_thread_begin()
+#define SP_IGNORE_THREAD_END() __tsan_ignore_thread_end()
+#endif
+#endif
+#ifndef SP_IGNORE_THREAD_BEGIN
+#define SP_IGNORE_THREAD_BEGIN()
+#define SP_IGNORE_THREAD_END()
+#endif
+
 namespace stalepipe::exec {
+
+std::runtime_error message_of_worker_error(const std::exception& e) {
+  SP_IGNORE_THREAD_BEGIN();
+  const auto* c10_error = dynamic_cast<const c10::Error*>(&e);
+  std::string message = c10_error ? c10_error->what_without_backtrace() : e.what();
+  SP_IGNORE_THREAD_END();
+  return std::runtime_error(message);
+}
+
 namespace {
 
 // Tags above those of the pipeline's messages and evaluation (processes.cpp): per mini-batch
@@ -47,7 +69,7 @@ std::unique_ptr<ProcessGroup::PendingGather> ProcessGroup::gather_replicas(const
   try {
     g->work = impl_->replica_group->allgather(g->outputs, g->input);
   } catch (const std::exception& e) {
-    fail(other_replica(), "sum gradients with the other replicas", e);
+    fail(other_replica(), "sum gradients with the other replicas", message_of_worker_error(e));
   }
   return g;
 }
@@ -63,9 +85,9 @@ std::vector<torch::Tensor> ProcessGroup::finish_gather(PendingGather& gather) {
     try {
       if (!gather.work->wait(std::chrono::milliseconds(250))) throw std::runtime_error("the gather was aborted");
       return std::move(gather.outputs[0]);
-    } catch (const std::exception& e) {
-      const std::string message = e.what();
-      const bool slice_over = message.find("timed out") != std::string::npos;
+    } catch (const std::exception& raised) {
+      const std::runtime_error e = message_of_worker_error(raised);
+      const bool slice_over = std::string(e.what()).find("timed out") != std::string::npos;
       if (!slice_over || std::chrono::steady_clock::now() >= deadline) fail(other_replica(), what, e);
       const int failed = impl_->watch->failed_replica(rank_, partitions(), replicas_);
       if (failed >= 0) fail(failed, what, std::runtime_error(c10::str(describe(failed, partitions(), replicas_), " failed")));
@@ -82,7 +104,7 @@ void ProcessGroup::broadcast_from_first_replica(torch::Tensor& tensor) {
       throw std::runtime_error("the broadcast was aborted");
     }
   } catch (const std::exception& e) {
-    fail(other_replica(), "share replica 1's state", e);
+    fail(other_replica(), "share replica 1's state", message_of_worker_error(e));
   }
   if (!tensor.is_same(tensors[0])) tensor.copy_(tensors[0]);
 }
@@ -111,6 +133,9 @@ class GroupReplicaPeers final : public ReplicaPeers {
   }
   ~GroupReplicaPeers() override {
     for (size_t i = 0; i < hooks_.size(); ++i) params_[i].remove_hook(hooks_[i]);
+    if (group_.failed()) {  // abandoned with the group (processes.h): their errors stay
+      for (auto& gather : gathers_) (void)gather.release();
+    }
   }
 
   void backward_begins(int64_t, bool last) override {
@@ -218,7 +243,11 @@ void share_stage_state(ProcessGroup& group, Stage& stage) {
   torch::Tensor data = first ? torch::from_blob(const_cast<char*>(bytes.data()), {size.item<int64_t>()}, torch::kUInt8).clone()
                              : torch::empty({size.item<int64_t>()}, torch::kUInt8);
   group.broadcast_from_first_replica(data);
-  if (!first) load_stage_state(stage, std::string(static_cast<const char*>(data.data_ptr()), data.numel()));
+  if (first) return;
+  // Read from a copy LibTorch makes on this thread: a Gloo thread wrote `data`, and the wait
+  // that orders it before this read is inside LibTorch, where ThreadSanitizer cannot see it.
+  const torch::Tensor mine = data.clone();
+  load_stage_state(stage, std::string(static_cast<const char*>(mine.data_ptr()), mine.numel()));
 }
 
 }  // namespace detail

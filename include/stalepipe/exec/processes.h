@@ -109,6 +109,7 @@ class ProcessGroup {
   void broadcast_from_first_replica(torch::Tensor& tensor);
   // Marks the group failed (see the destructor).
   void mark_failed() { failed_ = true; }
+  bool failed() const { return failed_; }
 
  private:
   [[noreturn]] void fail(int peer, const std::string& what, const std::exception& e);
