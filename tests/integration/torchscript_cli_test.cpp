@@ -189,8 +189,10 @@ TEST(TorchScriptCli, TrainHelpListsEveryDataSet) {
   EXPECT_NE(help.out.find("synthetic-regression"), std::string::npos) << help.out;
 }
 
-// Two ranks, one file name, two contents (each rank in its own directory): both refuse.
-TEST(TorchScriptCli, RanksOfAProcessesRunMustLoadTheSameFile) {
+// `world` ranks with one file name in two directories of two contents: the first `in_a` ranks
+// start in a/, the others in b/. Every rank must refuse, exit 2, naming rank `in_a` (the first
+// to load the other content); returns their logs.
+std::vector<std::string> ranks_with_two_files(int world, int in_a, const std::vector<std::string>& flags) {
   TempDir dir;
   std::filesystem::create_directories(dir.file("a"));
   std::filesystem::create_directories(dir.file("b"));
@@ -198,40 +200,32 @@ TEST(TorchScriptCli, RanksOfAProcessesRunMustLoadTheSameFile) {
   save_script(lenet(6), dir.file("b/net.pt"));
   const int port = free_port();
   std::vector<pid_t> pids;
-  for (int r = 0; r < 2; ++r) {
-    pids.push_back(spawn(with(small_run("net.pt"), {"--executor", "processes"}), rank_env(r, 2, port),
-                         dir.file("rank" + std::to_string(r) + ".log"), STALEPIPE_BINARY, dir.file(r == 0 ? "a" : "b")));
+  for (int r = 0; r < world; ++r) {
+    pids.push_back(spawn(with(small_run("net.pt"), flags), rank_env(r, world, port),
+                         dir.file("rank" + std::to_string(r) + ".log"), STALEPIPE_BINARY, dir.file(r < in_a ? "a" : "b")));
   }
-  for (int r = 0; r < 2; ++r) {
+  std::vector<std::string> logs;
+  for (int r = 0; r < world; ++r) {
     const int status = wait_for(pids[r], 120);
-    const std::string full = slurp(dir.file("rank" + std::to_string(r) + ".log"));
-    EXPECT_EQ(status, 2) << full;
-    EXPECT_NE(full.find("net.pt: rank 1 loaded content with digest crc32:"), std::string::npos) << full;
-    EXPECT_NE(full.find(", rank 0 crc32:"), std::string::npos) << full;
+    logs.push_back(slurp(dir.file("rank" + std::to_string(r) + ".log")));
+    EXPECT_EQ(status, 2) << logs.back();
+    EXPECT_NE(logs.back().find(c10::str("net.pt: rank ", in_a, " loaded content with digest crc32:")), std::string::npos)
+        << logs.back();
+  }
+  return logs;
+}
+
+// Two ranks, one file name, two contents (each rank in its own directory): both refuse.
+TEST(TorchScriptCli, RanksOfAProcessesRunMustLoadTheSameFile) {
+  for (const std::string& log : ranks_with_two_files(2, 1, {"--executor", "processes"})) {
+    EXPECT_NE(log.find(", rank 0 crc32:"), std::string::npos) << log;
   }
 }
 
 // Two replicas of a 2-partition pipeline, replica 2 with another content: every rank refuses,
 // naming the first rank of replica 2.
 TEST(TorchScriptCli, ReplicasMustLoadTheSameFile) {
-  TempDir dir;
-  std::filesystem::create_directories(dir.file("a"));
-  std::filesystem::create_directories(dir.file("b"));
-  save_script(lenet(5), dir.file("a/net.pt"));
-  save_script(lenet(6), dir.file("b/net.pt"));
-  const int port = free_port();
-  std::vector<pid_t> pids;
-  for (int r = 0; r < 4; ++r) {
-    pids.push_back(spawn(with(small_run("net.pt"), {"--executor", "processes", "--replicas", "2", "--threads", "4"}),
-                         rank_env(r, 4, port), dir.file("rank" + std::to_string(r) + ".log"), STALEPIPE_BINARY,
-                         dir.file(r < 2 ? "a" : "b")));
-  }
-  for (int r = 0; r < 4; ++r) {
-    const int status = wait_for(pids[r], 120);
-    const std::string full = slurp(dir.file("rank" + std::to_string(r) + ".log"));
-    EXPECT_EQ(status, 2) << full;
-    EXPECT_NE(full.find("net.pt: rank 2 loaded content with digest crc32:"), std::string::npos) << full;
-  }
+  ranks_with_two_files(4, 2, {"--executor", "processes", "--replicas", "2", "--threads", "4"});
 }
 
 }  // namespace
