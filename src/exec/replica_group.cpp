@@ -3,7 +3,6 @@
 // pipelines in step (where to stop, the loss of each mini-batch).
 #include <algorithm>
 #include <map>
-#include <sstream>
 
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
@@ -37,8 +36,9 @@ std::runtime_error message_of_worker_error(const std::exception& e) {
 
 namespace {
 
-// Tags above those of the pipeline's messages and evaluation (processes.cpp): per mini-batch
-// one for replica 1's word on stopping, one for each replica's loss (two tags a message).
+// Tags above those of the pipeline's messages and evaluation (processes.cpp,
+// distributed_predict.cpp): per mini-batch one for replica 1's word on stopping, one for each
+// replica's loss (two tags a message).
 constexpr int kStopTags = 3 << 28;
 constexpr int kLossTags = kStopTags + (1 << 26);
 int control_tag(int base, int64_t step) { return base + static_cast<int>(step % (1 << 24)) * 2; }
