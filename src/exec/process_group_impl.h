@@ -68,11 +68,11 @@ class WaitWatch {
   std::thread thread_;
 };
 
-// What an exception that a c10d worker thread raised says, as an exception of this thread.
-// c10d hands it over under a lock inside LibTorch, which ThreadSanitizer does not see, so
-// under TSan the reads of it here are ignored (only these); the object itself is never freed
-// here (a failed group's works are abandoned with it).
-std::runtime_error message_of_worker_error(const std::exception& e);
+// What an exception says, on one line (c10::Error's what() carries a backtrace). It may come
+// from a c10d worker thread, handed over under a lock inside LibTorch that ThreadSanitizer
+// does not see: under TSan the reads of it here are ignored (only these), and such an
+// exception is never freed here (a failed group's works are abandoned with it).
+std::string one_line_message(const std::exception& e);
 
 // A send still in flight: the tensor must outlive it.
 struct PendingSend {

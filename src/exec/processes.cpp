@@ -5,7 +5,6 @@
 #include <condition_variable>
 #include <cstdlib>
 #include <deque>
-#include <map>
 #include <mutex>
 #include <thread>
 
@@ -18,7 +17,29 @@
 #include "replicas_impl.h"
 #include "worker_impl.h"
 
+#if defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+extern "C" void __tsan_ignore_thread_begin();
+extern "C" void __tsan_ignore_thread_end();
+#define SP_IGNORE_THREAD_BEGIN() __tsan_ignore_thread_begin()
+#define SP_IGNORE_THREAD_END() __tsan_ignore_thread_end()
+#endif
+#endif
+#ifndef SP_IGNORE_THREAD_BEGIN
+#define SP_IGNORE_THREAD_BEGIN()
+#define SP_IGNORE_THREAD_END()
+#endif
+
 namespace stalepipe::exec {
+
+std::string one_line_message(const std::exception& e) {
+  SP_IGNORE_THREAD_BEGIN();
+  const auto* c10_error = dynamic_cast<const c10::Error*>(&e);
+  std::string message = c10_error ? c10_error->what_without_backtrace() : e.what();
+  SP_IGNORE_THREAD_END();
+  std::replace(message.begin(), message.end(), '\n', ' ');
+  return message;
+}
 
 std::string describe(int rank, int partitions, int replicas) {
   if (rank < 0) return "a rank";
@@ -180,10 +201,7 @@ ProcessGroup::~ProcessGroup() {
 
 [[noreturn]] void ProcessGroup::fail(int peer, const std::string& what, const std::exception& e) {
   failed_ = true;
-  // One line: c10::Error's what() carries a backtrace.
-  const auto* c10_error = dynamic_cast<const c10::Error*>(&e);
-  std::string message = c10_error ? c10_error->what_without_backtrace() : e.what();
-  std::replace(message.begin(), message.end(), '\n', ' ');
+  const std::string message = one_line_message(e);
   const bool timed_out = message.find("imed out") != std::string::npos ||
                          message.find("imeout") != std::string::npos;
   auto name = [&](int r) { return describe(r, impl_->partitions, impl_->replicas); };
@@ -443,7 +461,7 @@ class ProcessesExecutor final : public Executor {
     try {
       loop.run_all();
       group_->flush();
-      // Replica 1's statistics for evaluation and checkpoints, as DDP's broadcast gives them.
+      // Replica 0's statistics for evaluation and checkpoints, as DDP's broadcast gives them.
       if (replicas) detail::broadcast_buffers(*group_, *stages[k]);
     } catch (...) {
       stages[k]->clear_in_flight();

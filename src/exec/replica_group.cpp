@@ -2,7 +2,6 @@
 // batch-norm statistics, the state a resumed run starts from) and the messages that keep R
 // pipelines in step (where to stop, the loss of each mini-batch).
 #include <algorithm>
-#include <map>
 
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
@@ -11,36 +10,16 @@
 #include "stalepipe/common/error.h"
 #include "stalepipe/exec/checkpoint.h"
 
-#if defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-extern "C" void __tsan_ignore_thread_begin();
-extern "C" void __tsan_ignore_thread_end();
-#define SP_IGNORE_THREAD_BEGIN() __tsan_ignore_thread_begin()
-#define SP_IGNORE_THREAD_END() __tsan_ignore_thread_end()
-#endif
-#endif
-#ifndef SP_IGNORE_THREAD_BEGIN
-#define SP_IGNORE_THREAD_BEGIN()
-#define SP_IGNORE_THREAD_END()
-#endif
-
 namespace stalepipe::exec {
-
-std::runtime_error message_of_worker_error(const std::exception& e) {
-  SP_IGNORE_THREAD_BEGIN();
-  const auto* c10_error = dynamic_cast<const c10::Error*>(&e);
-  std::string message = c10_error ? c10_error->what_without_backtrace() : e.what();
-  SP_IGNORE_THREAD_END();
-  return std::runtime_error(message);
-}
 
 namespace {
 
 // Tags above those of the pipeline's messages and evaluation (processes.cpp,
-// distributed_predict.cpp): per mini-batch one for replica 1's word on stopping, one for each
+// distributed_predict.cpp): per mini-batch one for replica 0's word on stopping, one for each
 // replica's loss (two tags a message).
 constexpr int kStopTags = 3 << 28;
 constexpr int kLossTags = kStopTags + (1 << 26);
+constexpr const char* kSumming = "sum gradients with the other replicas";  // what a rank waits to do
 int control_tag(int base, int64_t step) { return base + static_cast<int>(step % (1 << 24)) * 2; }
 
 }  // namespace
@@ -69,7 +48,7 @@ std::unique_ptr<ProcessGroup::PendingGather> ProcessGroup::gather_replicas(const
   try {
     g->work = impl_->replica_group->allgather(g->outputs, g->input);
   } catch (const std::exception& e) {
-    fail(other_replica(), "sum gradients with the other replicas", message_of_worker_error(e));
+    fail(other_replica(), kSumming, e);
   }
   return g;
 }
@@ -80,17 +59,15 @@ std::unique_ptr<ProcessGroup::PendingGather> ProcessGroup::gather_replicas(const
 std::vector<torch::Tensor> ProcessGroup::finish_gather(PendingGather& gather) {
   const WaitWatch::Scope waiting(impl_->watch.get(), other_replica());
   const auto deadline = std::chrono::steady_clock::now() + timeout_;
-  const std::string what = "sum gradients with the other replicas";
   for (;;) {
     try {
       if (!gather.work->wait(std::chrono::milliseconds(250))) throw std::runtime_error("the gather was aborted");
       return std::move(gather.outputs[0]);
-    } catch (const std::exception& raised) {
-      const std::runtime_error e = message_of_worker_error(raised);
-      const bool slice_over = std::string(e.what()).find("timed out") != std::string::npos;
-      if (!slice_over || std::chrono::steady_clock::now() >= deadline) fail(other_replica(), what, e);
+    } catch (const std::exception& e) {
+      const bool slice_over = one_line_message(e).find("timed out") != std::string::npos;
+      if (!slice_over || std::chrono::steady_clock::now() >= deadline) fail(other_replica(), kSumming, e);
       const int failed = impl_->watch->failed_replica(rank_, partitions(), replicas_);
-      if (failed >= 0) fail(failed, what, std::runtime_error(c10::str(describe(failed, partitions(), replicas_), " failed")));
+      if (failed >= 0) fail(failed, kSumming, std::runtime_error(c10::str(describe(failed, partitions(), replicas_), " failed")));
     }
   }
 }
@@ -104,7 +81,7 @@ void ProcessGroup::broadcast_from_first_replica(torch::Tensor& tensor) {
       throw std::runtime_error("the broadcast was aborted");
     }
   } catch (const std::exception& e) {
-    fail(other_replica(), "share replica 1's state", message_of_worker_error(e));
+    fail(other_replica(), "share replica 1's state", e);
   }
   if (!tensor.is_same(tensors[0])) tensor.copy_(tensors[0]);
 }
@@ -115,14 +92,16 @@ namespace {
 // The gradient sums overlap the backward on a CPU stage: a hook on each parameter keeps the
 // gradient the last backward of a step computes for it (where no earlier micro-batch left one
 // to add it to), and once a bucket's parameters all have theirs (and every earlier bucket has
-// started), its gather starts while autograd goes on with the earlier layers. The autograd engine sums every contribution to a parameter before
-// its hook runs, so each hook runs at most once per backward; a parameter that gets no
-// gradient leaves its bucket to be started after the backward, from the parameters' grad.
+// started), its gather starts while autograd goes on with the earlier layers. The autograd
+// engine sums every contribution to a parameter before its hook runs, so each hook runs at
+// most once per backward; a parameter that gets no gradient leaves its bucket to be started
+// after the backward, from the parameters' grad.
 // Buckets start in the same order on every replica (Gloo matches collectives by order).
 class GroupReplicaPeers final : public ReplicaPeers {
  public:
   GroupReplicaPeers(ProcessGroup& group, Stage& stage)
-      : group_(group), params_(stage.optimizer().params()), buckets_(params_), hooked_(params_.size()) {
+      : group_(group), params_(stage.optimizer().params()), buckets_(params_), bucket_of_(params_.size()),
+        hooked_(params_.size()) {
     if (!stage.device().is_cpu()) return;  // a GPU's gradients are not ready when its hooks run
     for (size_t b = 0; b < buckets_.size(); ++b) {
       for (size_t i : buckets_.bucket(b)) bucket_of_[i] = b;
@@ -138,7 +117,7 @@ class GroupReplicaPeers final : public ReplicaPeers {
     }
   }
 
-  void backward_begins(int64_t, bool last) override {
+  void backward_begins(bool last) override {
     collecting_ = last && !hooks_.empty();
     if (!collecting_) return;
     missing_.clear();
@@ -146,7 +125,7 @@ class GroupReplicaPeers final : public ReplicaPeers {
     std::fill(hooked_.begin(), hooked_.end(), torch::Tensor());
   }
 
-  void reduce_gradients(Stage&, int64_t) override {
+  void reduce_gradients() override {
     collecting_ = false;
     while (gathers_.size() < buckets_.size()) gathers_.push_back(group_.gather_replicas(buckets_.pack(gathers_.size())));
     for (size_t b = 0; b < buckets_.size(); ++b) buckets_.unpack(b, sum_in_order(group_.finish_gather(*gathers_[b])));
@@ -186,7 +165,7 @@ class GroupReplicaPeers final : public ReplicaPeers {
     // is the parameter's grad after the backward, and its bucket starts then.
     if (params_[i].grad().defined()) return;
     hooked_[i] = grad.detach();
-    --missing_[bucket_of_.at(i)];
+    --missing_[bucket_of_[i]];
     // Start, in bucket order, every bucket that is whole.
     while (gathers_.size() < buckets_.size() && missing_[gathers_.size()] == 0) {
       gathers_.push_back(group_.gather_replicas(buckets_.pack(gathers_.size(), hooked_)));
@@ -197,7 +176,7 @@ class GroupReplicaPeers final : public ReplicaPeers {
   std::vector<torch::Tensor> params_;
   GradientBuckets buckets_;
   std::vector<unsigned> hooks_;
-  std::map<size_t, size_t> bucket_of_;  // parameter -> bucket
+  std::vector<size_t> bucket_of_;      // [parameter]: its bucket
   bool collecting_ = false;
   std::vector<size_t> missing_;        // per bucket: parameters whose gradient is still to come
   std::vector<torch::Tensor> hooked_;  // per parameter: its gradient from the hook
@@ -210,7 +189,7 @@ std::unique_ptr<ReplicaPeers> make_group_peers(ProcessGroup& group, Stage& stage
   return std::make_unique<GroupReplicaPeers>(group, stage);
 }
 
-// Replica 1's first rank alone reads the stop flag, and tells the other replicas' first ranks
+// Replica 0's first rank alone reads the stop flag, and tells the other replicas' first ranks
 // before each mini-batch whether it enters: all R pipelines stop at the same step.
 SegmentContext agreed_input(ProcessGroup& group, const SegmentContext& context) {
   SegmentContext c = context;

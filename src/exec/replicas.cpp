@@ -113,7 +113,7 @@ int replica_count(const schedule::Schedule& schedule, const std::vector<Stage*>&
 class LocalReplicas::Peers final : public ReplicaPeers {
  public:
   Peers(LocalReplicas& all, int replica, int partition) : all_(all), replica_(replica), partition_(partition) {}
-  void reduce_gradients(Stage&, int64_t) override {
+  void reduce_gradients() override {
     if (all_.blocking_) all_.reduce_gradients(partition_);
   }
   std::optional<StepLoss> combine_loss(const StepLoss& loss) override { return all_.combine_loss(replica_, loss); }

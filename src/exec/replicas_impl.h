@@ -63,12 +63,12 @@ StepLoss combine_losses(const std::vector<StepLoss>& slices);
 class ReplicaPeers {
  public:
   virtual ~ReplicaPeers() = default;
-  // Before each backward of `step`; `last`: the backward whose end completes the step's
+  // Before each backward; `last`: the backward whose end completes the step's
   // gradient (its last micro-batch), whose buckets may start their sums as they fill.
-  virtual void backward_begins(int64_t /*step*/, bool /*last*/) {}
-  // After the last backward of `step`, before its update: on return the stage's gradients are
+  virtual void backward_begins(bool /*last*/) {}
+  // After the last backward of a step, before its update: on return the stage's gradients are
   // the sum over the replicas.
-  virtual void reduce_gradients(Stage& stage, int64_t step) = 0;
+  virtual void reduce_gradients() = 0;
   // The last partition: the loss of this replica's slice of mini-batch loss.step. Returns the
   // whole mini-batch's loss on the one worker that reports it, nullopt on the others.
   virtual std::optional<StepLoss> combine_loss(const StepLoss& loss) = 0;
@@ -85,7 +85,6 @@ class LocalReplicas {
   // before the replicas' updates instead.
   LocalReplicas(std::vector<Stage*> stages, int partitions, const SegmentContext& context, bool blocking);
   ~LocalReplicas();
-  int replicas() const { return replicas_; }
   // The context replica r's workers run with: its slice for input, no stop flag of its own.
   SegmentContext context_for(int replica) const;
   ReplicaPeers& peers(int replica, int partition);
@@ -134,11 +133,11 @@ void build_local_workers(LocalWorkers& out, const schedule::Schedule& schedule, 
 // The processes executor's replicas (replica_group.cpp), over the group of each partition's R
 // ranks.
 std::unique_ptr<ReplicaPeers> make_group_peers(ProcessGroup& group, Stage& stage);
-// The context of a rank of partition 1: whether each mini-batch enters is replica 1's call.
+// The context of a rank of partition 1: whether each mini-batch enters is replica 0's call.
 SegmentContext agreed_input(ProcessGroup& group, const SegmentContext& context);
-// Replica 1's buffers (batch-norm statistics) into every replica of the stage's partition.
+// Replica 0's buffers (batch-norm statistics) into every replica of the stage's partition.
 void broadcast_buffers(ProcessGroup& group, Stage& stage);
-// Replica 1's whole state of the stage (weights, buffers, optimizer) into every replica.
+// Replica 0's whole state of the stage (weights, buffers, optimizer) into every replica.
 void share_stage_state(ProcessGroup& group, Stage& stage);
 
 // Throws RuntimeError unless the stages are R whole pipelines of schedule.num_workers

@@ -95,7 +95,7 @@ void WorkerLoop::execute(const schedule::Op& op) {
       backward(op.step, op.micro);
       break;
     case schedule::OpKind::kUpdate:
-      if (peers_) peers_->reduce_gradients(stage_, op.step);
+      if (peers_) peers_->reduce_gradients();
       stage_.update(op.step, context_.lr(op.step));
       break;
   }
@@ -208,7 +208,7 @@ void WorkerLoop::backward(int64_t step, int micro) {
   if (peers_) {
     const bool last = ++backwards_[step] == schedule_.micro_batches;
     if (last) backwards_.erase(step);
-    peers_->backward_begins(step, last);
+    peers_->backward_begins(last);
   }
   StageTensors grad_input = stage_.backward(step, grad_output, micro);
   Message out;

@@ -88,7 +88,7 @@ void write_checkpoint_manifest(const std::string& run_dir, const CheckpointInfo&
                                const std::vector<ShardDigest>& digests);
 
 // A stage's weights, buffers and optimizer state as bytes, and back: how the replicas of a
-// partition take replica 1's state (load_stage_state throws RuntimeError for bytes that are
+// partition take replica 0's state (load_stage_state throws RuntimeError for bytes that are
 // not such a state).
 std::string stage_state(Stage& stage);
 void load_stage_state(Stage& stage, const std::string& bytes);

@@ -9,9 +9,10 @@
 // Replicas (PipelineOptions::replicas R): R x K ranks, rank r x K + k running partition k of
 // replica r. Each replica's first rank reads its own slice of every mini-batch; the R ranks
 // of a partition gather their gradients before each update and add them up in replica order
-// (exec/replicas: the same bits as R x K threads); replica 1's first rank decides where the
-// segment stops and tells the others; the losses of a mini-batch's slices meet at replica 1's
-// last rank. At a segment's end replica 1's buffers (batch-norm statistics) go to the others.
+// (src/exec/replicas_impl.h: the same bits as R x K threads); replica 0's first rank decides
+// where the segment stops and tells the others; the losses of a mini-batch's slices meet at
+// replica 0's last rank. At a segment's end replica 0's buffers (batch-norm statistics) go to
+// the others.
 //
 // Messages: each register value is a fixed-size int64 header (step, stop flag, dtype, shape)
 // followed by the payload; tags carry the step, so matching never depends on arrival order.
@@ -105,7 +106,7 @@ class ProcessGroup {
   struct PendingGather;
   std::unique_ptr<PendingGather> gather_replicas(const torch::Tensor& tensor);
   std::vector<torch::Tensor> finish_gather(PendingGather& gather);
-  // Gives `tensor` (CPU) replica 1's value in every replica of this rank's partition.
+  // Gives `tensor` (CPU) replica 0's value in every replica of this rank's partition.
   void broadcast_from_first_replica(torch::Tensor& tensor);
   // Marks the group failed (see the destructor).
   void mark_failed() { failed_ = true; }
