@@ -10,6 +10,7 @@
 
 #include <gtest/gtest.h>
 
+#include "support/cli.h"
 #include "support/ranks.h"
 #include "support/temp_dir.h"
 
@@ -126,6 +127,21 @@ TEST(ReplicasCli, EvalEveryTracesAndTheDivergenceGuardWorkWithReplicas) {
   diverging.insert(diverging.end(), {"--lr", "1e9", "--momentum", "0"});
   EXPECT_EQ(wait_for(spawn(diverging, {}, dir.file("bad.log")), 60), 1) << slurp(dir.file("bad.log"));
   EXPECT_NE(slurp(dir.file("bad.log")).find("the run diverged"), std::string::npos) << slurp(dir.file("bad.log"));
+}
+
+// Every command that takes --replicas refuses an impossible one in one line, exit 2.
+TEST(ReplicasCli, BadReplicaSettingsAreOneLineErrors) {
+  expect_one_line_error(run_cli({"train", "--replicas", "0", "--data", "synthetic:96", "--progress", "none"}), 2,
+                        "--replicas must be >= 1, got 0");
+  expect_one_line_error(run_cli({"train", "--data", "synthetic:97", "--batch-size", "32", "--replicas", "2", "--pipeline",
+                                 "2", "--epochs", "1", "--progress", "none"}),
+                        2, "--replicas 2: the last mini-batch of each epoch has only 1 samples; set --drop-last");
+  expect_one_line_error(run_cli({"simulate", "--model", "lenet5", "--pipeline", "2", "--replicas", "0"}), 2,
+                        "--replicas must be >= 1, got 0");
+  expect_one_line_error(run_cli({"simulate", "--model", "lenet5", "--pipeline", "2", "--replicas", "2", "--replica-link",
+                                 "nonsense"}),
+                        2, "--replica-link nonsense: not a link");
+  expect_one_line_error(run_cli({"bench", "--model", "lenet5", "--replicas", "0"}), 2, "--replicas must be >= 1, got 0");
 }
 
 TEST(ReplicasCli, AWorldSizeThatIsNotReplicasTimesPartitionsIsRefused) {
