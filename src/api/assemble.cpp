@@ -75,6 +75,10 @@ Assembly plan_pipeline(models::Model& model, const Options& options, bool want_p
   if (a.devices.empty()) a.devices.assign(partitions, torch::kCPU);
   SP_CHECK_ARG(static_cast<int>(a.devices.size()) == partitions, field_name(Field::devices), " names ",
                a.devices.size(), " device(s) but the pipeline has ", partitions, " partitions");
+  for (int k = 0; k < partitions && o.precision() == exec::Precision::kTf32; ++k) {
+    SP_CHECK_ARG(a.devices[k].is_cuda(), field_name(Field::precision), " tf32: partition ", k + 1, " runs on ",
+                 a.devices[k].str(), ", which has no TF32 (fp32 and bf16 run there)");
+  }
   a.threads_per_worker.assign(partitions, threads_per_worker(o, partitions));
   return a;
 }
@@ -105,7 +109,8 @@ std::unique_ptr<exec::Pipeline> build_stages(models::Model& model, const Assembl
   const OptimizerOptions& o = options.optimizer();
   return std::make_unique<exec::Pipeline>(model, a.plan, a.devices, sgd_options(o, steps_per_epoch),
                                           exec::Objective{o.loss(), o.metric()},
-                                          replica_seed(options.run().seed(), replica), memory_format(options));
+                                          replica_seed(options.run().seed(), replica), memory_format(options),
+                                          options.pipeline().precision());
 }
 
 Assembly assemble(models::Model& model, const Options& options, int64_t steps_per_epoch,

@@ -1,5 +1,7 @@
 #include "stalepipe/exec/pipeline.h"
 
+#include <algorithm>
+
 #include "stalepipe/common/error.h"
 
 namespace stalepipe::exec {
@@ -16,14 +18,17 @@ StageUnits stage_units(const models::Model& model, const partition::Plan& plan, 
 
 Pipeline::Pipeline(const models::Model& model, const partition::Plan& plan,
                    const std::vector<torch::Device>& devices, optim::SgdOptions sgd, Objective objective,
-                   uint64_t seed, torch::MemoryFormat memory_format) {
+                   uint64_t seed, torch::MemoryFormat memory_format, Precision precision) {
   const int K = plan.num_partitions();
   SP_CHECK_ARG(static_cast<int>(devices.size()) == K, "pipeline of ", K, " partitions needs ", K,
                " devices, got ", devices.size());
+  if (std::any_of(devices.begin(), devices.end(), [](const torch::Device& d) { return d.is_cuda(); })) {
+    set_tf32(precision);
+  }
   for (int k = 0; k < K; ++k) {
     StageUnits units = stage_units(model, plan, k);
     stages_.push_back(std::make_unique<Stage>(k, K, units.module, devices[k], sgd, objective, seed, memory_format,
-                                              plan.recomputed_units(k), std::move(units.skips)));
+                                              plan.recomputed_units(k), std::move(units.skips), precision));
     stage_ptrs_.push_back(stages_.back().get());
   }
 }

@@ -15,10 +15,10 @@ namespace stalepipe::exec {
 
 Stage::Stage(int index, int num_stages, torch::nn::Sequential module, torch::Device device,
              optim::SgdOptions sgd, Objective objective, uint64_t seed, torch::MemoryFormat memory_format,
-             size_t recompute_units, std::vector<models::Skips> skips)
+             size_t recompute_units, std::vector<models::Skips> skips, Precision precision)
     : index_(index), num_stages_(num_stages), module_(std::move(module)), skips_(std::move(skips)), device_(device),
       stream_(make_stream(device)), objective_(std::move(objective)), seed_(seed), memory_format_(memory_format),
-      recompute_units_(recompute_units) {
+      precision_(precision), recompute_units_(recompute_units) {
   SP_CHECK_ARG(recompute_units_ <= module_->size(), "partition ", index_ + 1, " has ", module_->size(),
                " units; cannot recompute ", recompute_units_);
   if (skips_.empty()) skips_.resize(module_->size());
@@ -163,6 +163,7 @@ torch::Tensor Stage::forward_with_weights(int64_t step, int micro, Pending& p) {
   // Recomputation needs them too, where stashing does not keep them already.
   if (recompute_units_ > 0 && !stash_weights_ && restore) p.head_weights = shared_copy(recompute_params_);
   models::RandomScope random(forward_seed(seed_, index_, step, micro));
+  AutocastScope autocast(precision_, device_);
   models::SkipTable table = input_table(p.skip_inputs);
   torch::Tensor x = p.input;
   if (recompute_units_ > 0) {
@@ -213,7 +214,7 @@ PendingLoss Stage::forward_loss(int64_t step, const StageTensors& input,
   SP_CHECK(is_last(), "partition ", index_ + 1, ": forward_loss() on a non-last partition");
   Pending p;
   take_inputs(input, p);
-  const torch::Tensor output = forward_with_weights(step, micro, p);
+  const torch::Tensor output = to_full_precision(forward_with_weights(step, micro, p));
   const torch::Tensor y = to_device(target);
   const torch::Tensor loss = objective_.loss(output, y);
   SP_CHECK(loss.numel() == 1, "the loss (", objective_.loss.name(), ") gave ", loss.sizes(),
@@ -327,6 +328,7 @@ void Stage::recompute_backward(int64_t step, int micro, Pending& p) {
     }
     RestoreWeights keep_statistics(recompute_buffers_);
     models::RandomScope random(forward_seed(seed_, index_, step, micro));
+    AutocastScope autocast(precision_, device_);
     models::SkipTable table = input_table(p.skip_inputs);
     roots.push_back(run_units(0, recompute_units_, p.input, table));
     for (const std::string& name : stashes) roots.push_back(table.at(name));
@@ -365,7 +367,11 @@ StageTensors Stage::predict(const StageTensors& input) {
   for (const torch::Tensor& skip : input.skips) skips.push_back(arrived(skip));
   models::SkipTable table = input_table(skips);
   StageTensors out;
-  out.main = run_units(0, module_->size(), arrived(input.main), table);
+  {
+    AutocastScope autocast(precision_, device_);
+    out.main = run_units(0, module_->size(), arrived(input.main), table);
+  }
+  if (is_last()) out.main = to_full_precision(out.main);
   for (const std::string& name : skip_outputs_) out.skips.push_back(table.at(name));
   module_->train();
   return out;

@@ -54,6 +54,9 @@ TEST(Cli, UsageErrorsExitTwo) {
   expect_one_line_error(run_cli(with(kSmallRun, {"--schedule", "hybrid", "--hybrid-switch", "x"})), 2, "--hybrid-switch x: expected a number of epochs");
   expect_one_line_error(run_cli(with(kSmallRun, {"--devices", "tpu"})), 2, "--devices tpu");
   expect_one_line_error(run_cli(with(kSmallRun, {"--schedule", "pipedream"})), 2, "expected stale, sequential, hybrid, gpipe or 1f1b-stash");
+  expect_one_line_error(run_cli(with(kSmallRun, {"--precision", "fp16"})), 2, "--precision 'fp16': expected fp32, tf32 or bf16");
+  expect_one_line_error(run_cli(with(kSmallRun, {"--precision", "tf32"})), 2,
+                        "--precision tf32: partition 1 runs on cpu, which has no TF32 (fp32 and bf16 run there)");
 }
 
 TEST(Cli, DropoutAndLossErrorsNameTheFlag) {

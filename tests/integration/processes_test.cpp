@@ -150,11 +150,13 @@ TEST(Processes, TorchScriptModelFileEqualsEmulated) {
   expect_same_results(ref, run);
 }
 
-TEST(Processes, NewSchedulesAndMitigationsEqualEmulated) {
-  // Micro-batch messages (GPipe) and per-rank stashes and delays (1F1B, mitigations) over Gloo.
+TEST(Processes, NewSchedulesMitigationsAndBf16EqualEmulated) {
+  // Micro-batch messages (GPipe), per-rank stashes and delays (1F1B, mitigations) and bf16
+  // registers over Gloo.
   const std::vector<std::vector<std::string>> variants = {
       {"--schedule", "gpipe", "--micro-batches", "4"},
-      {"--schedule", "1f1b-stash", "--weight-prediction", "--spike-compensation", "--delay-aware-lr"}};
+      {"--schedule", "1f1b-stash", "--weight-prediction", "--spike-compensation", "--delay-aware-lr"},
+      {"--precision", "bf16"}};
   for (const auto& extra : variants) {
     TempDir dir;
     const std::string ref = dir.file("emulated"), run = dir.file("processes");

@@ -78,7 +78,8 @@ exec::Pipeline make_pipeline(const RunSpec& spec, const models::Model& model) {
                             .spike_compensation(spec.spike_compensation)
                             .fixed_weight_norm(spec.fixed_weight_norm),
                         exec::Objective{}, 0,
-                        spec.channels_last ? torch::MemoryFormat::ChannelsLast : torch::MemoryFormat::Contiguous);
+                        spec.channels_last ? torch::MemoryFormat::ChannelsLast : torch::MemoryFormat::Contiguous,
+                        spec.precision);
 }
 
 namespace {

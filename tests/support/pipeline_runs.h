@@ -9,6 +9,7 @@
 #include <torch/types.h>
 
 #include "stalepipe/data/loader.h"
+#include "stalepipe/exec/precision.h"
 #include "stalepipe/schedule/schedule.h"
 
 namespace stalepipe::test {
@@ -38,6 +39,7 @@ struct RunSpec {
   double dropout = 0;     // ZooOptions::dropout
   bool buffers = false;   // run_pipeline also returns the buffers, after the parameters
   bool channels_last = false;  // weights, activations and registers in NHWC (run_pipeline only)
+  exec::Precision precision = exec::Precision::kFp32;  // run_pipeline only
 };
 
 // ResNet-20 cut at `ppv`, 8 steps of batch 4 from 24 samples, buffers (batch-norm running

@@ -122,6 +122,9 @@ struct TrainingPoint {
 //   bit for bit and the staleness is the one pipeline's (docs/design.md, "Replicas"). Threads
 //   and emulated run R x K workers in this process; processes run R x K ranks, rank r x K + k
 //   being partition k + 1 of replica r.
+// precision: fp32 (TF32 off on CUDA too), tf32 (CUDA partitions only) or bf16 (forwards under
+//   autocast, registers in bf16, fp32 master weights; CUDA and CPU). The default is fp32,
+//   bit for bit what ran before on the CPU (exec/precision.h has what each changes).
 // recompute (activation checkpointing): the units through this weight layer keep no
 //   activations from forward to backward, which recomputes them (exec/stage.h). The trained
 //   weights are the same bit for bit; a partition with mini-batches in flight keeps less, and
@@ -154,6 +157,8 @@ struct TrainingPoint {
     "PipelineTrainer::feed drains at least every this many mini-batches")                          \
   X(Layout, layout, Layout::kAuto, "layout|channels_last", LayoutName,                             \
     "weights, activations and registers in nchw | channels-last | auto (the faster for the model, as measured)") \
+  X(exec::Precision, precision, exec::Precision::kFp32, "precision", Name,                         \
+    "fp32 | tf32 (CUDA: convolutions and matmuls on TF32 tensor cores) | bf16 (forwards autocast to bfloat16; fp32 weights and optimizer state)") \
   X(int, recompute, 0, "recompute", Plain,                                                         \
     "recompute activations in backward through weight layer L (a position a register could follow; 0: none): " \
     "less memory, same weights, one more forward of those layers")

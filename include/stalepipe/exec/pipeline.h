@@ -22,12 +22,14 @@ StageUnits stage_units(const models::Model& model, const partition::Plan& plan, 
 
 class Pipeline {
  public:
-  // devices: one per partition (plan.num_partitions()); seed, memory_format: as Stage's;
-  // each stage recomputes the plan's recomputed units it holds.
+  // devices: one per partition (plan.num_partitions()); seed, memory_format, precision: as
+  // Stage's; each stage recomputes the plan's recomputed units it holds. Where a device is a
+  // GPU, sets the process-wide TF32 switches for `precision` (exec/precision.h).
   Pipeline(const models::Model& model, const partition::Plan& plan,
            const std::vector<torch::Device>& devices, optim::SgdOptions sgd,
            Objective objective = {}, uint64_t seed = 0,
-           torch::MemoryFormat memory_format = torch::MemoryFormat::Contiguous);
+           torch::MemoryFormat memory_format = torch::MemoryFormat::Contiguous,
+           Precision precision = Precision::kFp32);
 
   int num_stages() const { return static_cast<int>(stages_.size()); }
   Stage& stage(int k) { return *stages_[k]; }

@@ -45,6 +45,7 @@
 
 #include "stalepipe/exec/device_stream.h"
 #include "stalepipe/exec/loss.h"
+#include "stalepipe/exec/precision.h"
 #include "stalepipe/models/skips.h"
 #include "stalepipe/optim/sgd.h"
 #include "stalepipe/schedule/schedule.h"
@@ -89,16 +90,21 @@ class Stage {
   // recompute_units: the module's first units whose activations backward recomputes (above);
   // at most the module's size. skips: each unit's skip tensors (empty: a chain); a name
   // popped here and stashed in no earlier unit of the module is a skip input, a name stashed
-  // here and popped by no later unit of it a skip output.
+  // here and popped by no later unit of it a skip output. precision: kBf16 runs the units'
+  // forwards (and their recomputation, and predict) under autocast on `device`
+  // (exec/precision.h); the last stage's loss and metric read its output in fp32. The
+  // process-wide TF32 switches are the caller's (exec::Pipeline sets them).
   Stage(int index, int num_stages, torch::nn::Sequential module, torch::Device device,
         optim::SgdOptions sgd, Objective objective = {}, uint64_t seed = 0,
         torch::MemoryFormat memory_format = torch::MemoryFormat::Contiguous,
-        size_t recompute_units = 0, std::vector<models::Skips> skips = {});
+        size_t recompute_units = 0, std::vector<models::Skips> skips = {},
+        Precision precision = Precision::kFp32);
 
   int index() const { return index_; }
   bool is_first() const { return index_ == 0; }
   bool is_last() const { return index_ == num_stages_ - 1; }
   const torch::Device& device() const { return device_; }
+  Precision precision() const { return precision_; }
   // The skip tensors this partition receives (in the order its units pop them) and sends (in
   // the order its units stash them).
   const std::vector<std::string>& skip_inputs() const { return skip_inputs_; }
@@ -197,6 +203,7 @@ class Stage {
   Objective objective_;
   uint64_t seed_;
   torch::MemoryFormat memory_format_;
+  Precision precision_;
   std::map<Key, Pending> in_flight_;
   std::map<int64_t, int> delay_;      // step -> delay D of its gradient, until its update
   int64_t last_update_step_ = -1;     // updates of all steps up to this one are applied

@@ -3,7 +3,9 @@
 #include <gtest/gtest.h>
 
 #include "stalepipe/api/assemble.h"
+#include "stalepipe/api/pipeline_trainer.h"
 #include "stalepipe/models/zoo.h"
+#include "support/error_of.h"
 
 namespace stalepipe {
 namespace {
@@ -33,6 +35,24 @@ TEST(Assemble, TheBalancingProfileTimesBackwardsAndRestoresTheModel) {
       EXPECT_FALSE(t.grad().defined()) << unit.name;
     }
     for (const auto& t : unit.module.ptr()->buffers()) EXPECT_TRUE(torch::equal(t, before[i++])) << unit.name;
+  }
+}
+
+TEST(Assemble, Tf32IsRefusedOnACpuPartitionNamingIt) {
+  Options options;
+  options.pipeline().ppv({2}).precision(exec::Precision::kTf32);
+  const std::string error = test::error_of<UsageError>(
+      [&] { PipelineTrainer(models::make_model("lenet5", models::InputShape{}), options, 10); });
+  EXPECT_EQ(error, "PipelineOptions::precision tf32: partition 1 runs on cpu, which has no TF32 (fp32 and bf16 run there)");
+}
+
+TEST(Assemble, Bf16ReachesEveryReplicasStages) {
+  Options options;
+  options.pipeline().ppv({2}).replicas(2).precision(exec::Precision::kBf16);
+  PipelineTrainer trainer(models::make_model("lenet5", models::InputShape{}), options, 10);
+  ASSERT_EQ(trainer.pipelines().size(), 2u);
+  for (exec::Pipeline* pipeline : trainer.pipelines()) {
+    for (exec::Stage* stage : pipeline->stages()) EXPECT_EQ(stage->precision(), exec::Precision::kBf16);
   }
 }
 
