@@ -103,7 +103,7 @@ struct SetOtherValue {
 const std::map<std::string, std::string> kOtherText = {
     {"ppv", "2,3"},      {"balance", "params"},   {"schedule", "hybrid"},   {"hybrid_switch", "250s"},
     {"executor", "emulated"}, {"devices", "cpu,cpu"}, {"layout", "channels-last"}, {"lr_schedule", "step"},
-    {"loss", "mse"},     {"progress", "lines"}};
+    {"loss", "mse"},     {"progress", "lines"}, {"precision", "bf16"}};
 
 TEST(OptionFields, EveryFieldRoundTripsThroughConfigJson) {
   Options o;
