@@ -164,6 +164,16 @@ def precision_table(rows):
     return lines, result
 
 
+def precision_warnings(rows):
+    """Where our run's config.json does not record the precision the row says it ran at."""
+    lines = []
+    for j in rows:
+        if j["who"] == "stalepipe" and j.get("config_precision") != j.get("precision"):
+            lines.append(f"warning: {j['config']} (seed {j.get('seed', '-')}) asked for {j.get('precision')} but its "
+                         f"config.json records {j.get('config_precision')}")
+    return lines
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("table", choices=["speed", "tta", "precision"])
@@ -175,7 +185,7 @@ def main():
         lines, result = {"speed": speed_table, "tta": tta_table, "precision": precision_table}[args.table](rows)
     except (KeyError, TypeError, ZeroDivisionError) as e:
         sys.exit(f"gpu_table.py: error: {args.jsonl}: a row lacks what the {args.table} table needs ({e!r})")
-    print("\n".join(lines))
+    print("\n".join(lines + precision_warnings(rows)))
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"rows": rows, **result}, f, indent=1)

@@ -19,7 +19,9 @@
 #
 # Knobs for a dry run of the measuring modes on a CPU (their figures mean nothing there):
 # SP=path/to/stalepipe uses that binary instead of building; DEVICE=cpu trains on the CPU (ours'
-# cuda:0 becomes cpu, the peers get --device cpu). The configurations are variables too
+# cuda:0 becomes cpu, the peers get --device cpu); DATA_DIR=DIR reads Fashion-MNIST's four IDX
+# files from DIR on both sides (default /usr/share/datasets/fashion-mnist). The configurations
+# are variables too
 # (SPEED_OURS, SPEED_PEERS, TTA_RECIPE, TTA_CONFIGS, PRECISION_CONFIG; see each mode).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -112,11 +114,11 @@ print(os.path.normpath(os.path.join(os.path.dirname(e), j["out"])), *j.get("seed
 # What the measuring modes share: OUT, the data set, machine.txt and the CLI in $SP (built here
 # unless SP names one), which must know --precision.
 prepare() {
-  DEPS=$(realpath "$1"); OUT=$2; DEVICE=${DEVICE:-cuda}
+  DEPS=$(realpath "$1"); OUT=$2; DEVICE=${DEVICE:-cuda}; DATA_DIR=${DATA_DIR:-/usr/share/datasets/fashion-mnist}
   mkdir -p "$OUT"
   export CPATH="$DEPS/prefix/include"
-  if [ ! -d /usr/share/datasets/fashion-mnist ]; then
-    mkdir -p /usr/share/datasets && cp -r "$DEPS/fashion-mnist" /usr/share/datasets/
+  if [ ! -d "$DATA_DIR" ] && [ -d "$DEPS/fashion-mnist" ]; then
+    mkdir -p "$(dirname "$DATA_DIR")" && cp -r "$DEPS/fashion-mnist" "$DATA_DIR"
   fi
   { nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; nproc
     python3 -c 'import torch; print("torch", torch.__version__, torch.version.cuda)'; } > "$OUT/machine.txt" 2>&1
@@ -126,10 +128,20 @@ prepare() {
       return 1
     SP=build-gpu/apps/stalepipe/stalepipe
   fi
-  if ! "$SP" train --help | grep -q -- '--precision'; then
+  local help
+  help=$("$SP" train --help 2>&1)  # whole first: grep -q would end the writer early, a failure under pipefail
+  if ! grep -q -- '--precision' <<< "$help"; then
     echo "$SP: train has no --precision; these checks need it (both sides run the same precision)"
     return 1
   fi
+}
+
+# A measuring mode counts the runs that failed or did not fit, prints its table from the others
+# and then ends non-zero if there were any.
+FAILURES=0
+failed() { FAILURES=$((FAILURES + 1)); }
+all_ran() {
+  if ((FAILURES > 0)); then echo "$FAILURES run(s) failed or were skipped (above; OUT/steps.log)"; return 1; fi
 }
 
 check_precision() {
@@ -151,8 +163,9 @@ ours_speed() {
   local name=$1 peer=$2 precision=$3; shift 3
   local dir=/tmp/speed-$name
   rm -rf "$dir"
-  if ! "$SP" train --progress none --drop-last --precision "$precision" --out "$dir" "$@" > "$dir.log" 2>&1; then
-    echo "$name: failed"; tail -n 3 "$dir.log"; return 1
+  if ! "$SP" train --data "fashion-mnist:$DATA_DIR" --progress none --drop-last --precision "$precision" \
+      --out "$dir" "$@" > "$dir.log" 2>&1; then
+    echo "$name: failed"; tail -n 3 "$dir.log"; failed; return 1
   fi
   python3 - "$dir" "$name" "$peer" "$precision" "$*" >> "$OUT/speed.jsonl" <<'PY'
 import json, sys
@@ -178,14 +191,14 @@ peer_start() {
 # minutes; a peer that does not answer in time is stopped, and the rest of the call has none.
 peer_ask() {
   local config=$1 line; shift
-  if [ -z "${PEER_PID:-}" ]; then echo "$config $*: no peer (it stopped earlier)"; return 1; fi
+  if [ -z "${PEER_PID:-}" ]; then echo "$config $*: no peer (it stopped earlier)"; failed; return 1; fi
   echo "--config $config --seconds ${PEER_SECONDS:-5} $*" >&"${PEER[1]}"
   if ! read -r -t "${PEER_TIMEOUT:-300}" line <&"${PEER[0]}"; then
     echo "$config $*: the peer did not answer; stopped (OUT/peer.log):"; tail -n 5 "$OUT/peer.log"
     kill "$PEER_PID" 2> /dev/null; PEER_PID=
-    return 1
+    failed; return 1
   fi
-  if [[ $line == '{"error"'* ]]; then echo "$config $*: $line"; return 1; fi
+  if [[ $line == '{"error"'* ]]; then echo "$config $*: $line"; failed; return 1; fi
   echo "$line" >> "$OUT/speed.jsonl"
   echo "$line"
 }
@@ -240,25 +253,26 @@ lenet5-b128|--model lenet5 --batch-size 128 --layout nchw --compile"}
   done
   peer_stop
   python3 bench/gpu_table.py speed "$OUT/speed.jsonl" --json "$OUT/speed.json" | tee "$OUT/speed.md"
+  all_ran
 }
 
 # The time-to-accuracy recipe (experiments/time-to-accuracy-resnet56-gpu.json) in the flags
 # both `stalepipe train` and bench/gpu_tta_peer.py take; ours adds what the peer does anyway.
 TTA_RECIPE_DEFAULT="--model resnet56 --epochs 4 --batch-size 128 --lr 0.1 --momentum 0.9 --weight-decay 0.0005 \
 --warmup-epochs 1 --eval-every 156 --targets 85,90,92 --layout channels-last"
-OURS_RECIPE="--data fashion-mnist --drop-last --lr-schedule cosine --executor threads --threads 2 --progress none"
+OURS_RECIPE="--drop-last --lr-schedule cosine --executor threads --threads 2 --progress none"
 
 # One run of ours with the recipe, if it fits the budget; appends a JSON line (summary.json's
 # time_to_target, the evaluations of metrics.jsonl) to FILE. FILE NAME SEED PRECISION FLAGS...
 ours_tta() {
   local file=$1 name=$2 seed=$3 precision=$4; shift 4
   local dir=/tmp/tta-$name-s$seed-$precision left=$((BUDGET - SECONDS))
-  if ((left < ${MIN_RUN_SECONDS:-60})); then echo "$name seed $seed $precision: skipped, $left s left"; return 1; fi
+  if ((left < ${MIN_RUN_SECONDS:-60})); then echo "$name seed $seed $precision: skipped, $left s left"; failed; return 1; fi
   rm -rf "$dir"
   # shellcheck disable=SC2086  # the recipe is words
   if ! step "$name-s$seed-$precision" timeout "$left" "$SP" train ${TTA_RECIPE:-$TTA_RECIPE_DEFAULT} $OURS_RECIPE \
-      --seed "$seed" --precision "$precision" --out "$dir" "$@"; then
-    return 1
+      --data "fashion-mnist:$DATA_DIR" --seed "$seed" --precision "$precision" --out "$dir" "$@"; then
+    failed; return 1
   fi
   python3 - "$dir" "$name" "$seed" "$precision" "$*" >> "$file" <<'PY'
 import json, sys
@@ -276,11 +290,11 @@ PY
 
 peer_tta() {
   local file=$1 seed=$2 precision=$3 left=$((BUDGET - SECONDS)) device=()
-  if ((left < ${MIN_RUN_SECONDS:-60})); then echo "peer seed $seed: skipped, $left s left"; return 1; fi
+  if ((left < ${MIN_RUN_SECONDS:-60})); then echo "peer seed $seed: skipped, $left s left"; failed; return 1; fi
   [ "$DEVICE" = cpu ] && device=(--device cpu)
   # shellcheck disable=SC2086
   step "pytorch-eager-s$seed-$precision" timeout "$left" python3 bench/gpu_tta_peer.py ${TTA_RECIPE:-$TTA_RECIPE_DEFAULT} \
-    --seed "$seed" --precision "$precision" "${device[@]}" --json "$file"
+    --data "$DATA_DIR" --seed "$seed" --precision "$precision" "${device[@]}" --json "$file" || failed
 }
 
 # Time to accuracy (the recipe) of ours, each configuration of TTA_CONFIGS (NAME|FLAGS a
@@ -306,6 +320,7 @@ tta() {
     ((seed % 2 == 1)) && peer_tta "$OUT/tta.jsonl" "$seed" "$precision"
   done
   python3 bench/gpu_table.py tta "$OUT/tta.jsonl" --json "$OUT/tta.json" | tee "$OUT/tta.md"
+  all_ran
 }
 
 # The recipe's 4 epochs at fp32 and at bf16 (PRECISION_CONFIG: our flags, non-pipelined on
@@ -326,6 +341,7 @@ precision() {
     done
   done
   python3 bench/gpu_table.py precision "$OUT/precision.jsonl" --json "$OUT/precision.json" | tee "$OUT/precision.md"
+  all_ran
 }
 
 case "${1:-}" in
