@@ -90,6 +90,10 @@ def speed_table(rows):
         two = median.get(("stalepipe", "resnet56-b128-2p", precision, ""))
         if one and two:
             lines.append(f"\nTwo partitions on one GPU against one, ResNet-56 b128, {precision}: {two / one:.2f}x")
+    skips = max((j.get("cudagraph_skips") or 0 for j in rows), default=0)
+    if skips:
+        lines.append(f"note: torch.compile fell back from CUDA graphs {skips} time(s) in the peer's process "
+                     "(its log, OUT/peer.log, says why)")
     for (who, config, precision, layout), seconds in sorted(compile_seconds.items()):
         lines.append(f"torch.compile (reduce-overhead) of {config} {layout} {precision}: {seconds:.0f} s, once per "
                      "process, outside the rates")
@@ -169,7 +173,8 @@ def precision_warnings(rows):
     lines = []
     for j in rows:
         if j["who"] == "stalepipe" and j.get("config_precision") != j.get("precision"):
-            lines.append(f"warning: {j['config']} (seed {j.get('seed', '-')}) asked for {j.get('precision')} but its "
+            seed = f" (seed {j['seed']})" if "seed" in j else ""
+            lines.append(f"warning: {j['config']}{seed} asked for {j.get('precision')} but its "
                          f"config.json records {j.get('config_precision')}")
     return lines
 

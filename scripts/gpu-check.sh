@@ -212,7 +212,8 @@ peer_stop() {
 
 # ROUNDS alternated rounds of ours (real Fashion-MNIST through the loader) and PyTorch's, eager
 # in both layouts and torch.compile'd (a fixed batch on the device), at one PRECISION, then the
-# medians and ratios (bench/gpu_table.py speed).
+# medians and ratios (bench/gpu_table.py speed). SPEED_OURS (NAME|PEER|FLAGS a line) and
+# SPEED_PEERS (PEER|gpu_peer.py FLAGS a line) replace the configurations below.
 speed() {
   local rounds=$3 precision=${4:-fp32}
   check_precision "$precision" || return 2
@@ -235,9 +236,14 @@ lenet5-b128|--model lenet5 --batch-size 128 --layout nchw --compile"}
   mapfile -t ours <<< "$ours_configs"
   mapfile -t peers <<< "$peer_configs"
   peer_start "$precision"
-  local r i name peer flags
+  local r i name peer flags round_start last_round=0
   for ((r = 1; r <= rounds; ++r)); do
-    echo "round $r"
+    # A round that would end past SPEED_BUDGET seconds (from the script's start) is not begun,
+    # so that the table of the rounds run comes back within one call.
+    if ((r > 1 && SECONDS + last_round > ${SPEED_BUDGET:-450})); then
+      echo "round $r and later: not begun (the last round took $last_round s, $SECONDS s have passed)"; break
+    fi
+    echo "round $r"; round_start=$SECONDS
     for ((i = 0; i < ${#ours[@]} || i < ${#peers[@]}; ++i)); do
       if ((i < ${#ours[@]})); then
         IFS='|' read -r name peer flags <<< "${ours[i]}"
@@ -250,6 +256,7 @@ lenet5-b128|--model lenet5 --batch-size 128 --layout nchw --compile"}
         peer_ask "$name" $flags
       fi
     done
+    last_round=$((SECONDS - round_start))
   done
   peer_stop
   python3 bench/gpu_table.py speed "$OUT/speed.jsonl" --json "$OUT/speed.json" | tee "$OUT/speed.md"
