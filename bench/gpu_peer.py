@@ -27,6 +27,12 @@ import shlex
 import sys
 import time
 
+if __name__ == "__main__" and "--serve" in sys.argv[1:]:
+    # The answers get the real stdout; from here on (imports included) anything else printed
+    # there goes to stderr, so that each stdout line is an answer.
+    ANSWERS = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import peers  # noqa: E402  (the models)
 import torch  # noqa: E402
@@ -222,10 +228,7 @@ class RequestError(Exception):
 
 def serve(args, device, flags):
     """Answers each stdin line (options of this script) with one JSON line on the original
-    stdout; everything else anything prints goes to stderr, so the answers stay parseable."""
-    answers = os.fdopen(os.dup(1), "w", buffering=1)
-    os.dup2(2, 1)
-    sys.stdout = sys.stderr
+    stdout (ANSWERS, set up before the imports)."""
     ap = parser()
     ap.set_defaults(precision=args.precision, device=args.device)  # a request names them only to check
 
@@ -250,7 +253,7 @@ def serve(args, device, flags):
             j = {"error": f"bad request (exit {e.code}; see the peer's stderr)", "request": line.strip()}
         except Exception as e:  # noqa: BLE001  (one failed configuration must not end the others)
             j = {"error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}", "request": line.strip()}
-        answers.write(json.dumps(j) + "\n")
+        ANSWERS.write(json.dumps(j) + "\n")
 
 
 def main():

@@ -21,8 +21,11 @@
 # SP=path/to/stalepipe uses that binary instead of building; DEVICE=cpu trains on the CPU (ours'
 # cuda:0 becomes cpu, the peers get --device cpu); DATA_DIR=DIR reads Fashion-MNIST's four IDX
 # files from DIR on both sides (default /usr/share/datasets/fashion-mnist). The configurations
-# are variables too
-# (SPEED_OURS, SPEED_PEERS, TTA_RECIPE, TTA_CONFIGS, PRECISION_CONFIG; see each mode).
+# are variables too (SPEED_OURS, SPEED_PEERS, TTA_RECIPE, TTA_CONFIGS, PRECISION_CONFIG; see each
+# mode), and so are the times: PEER_SECONDS (5: timed seconds of a PyTorch measurement),
+# PEER_TIMEOUT (300: the longest wait for one, a first compile included), SPEED_BUDGET (450: no
+# speed round begins that would end later), MIN_RUN_SECONDS (60: no training run of tta or
+# precision begins with less of SECONDS left).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -187,19 +190,21 @@ peer_start() {
   coproc PEER { exec python3 bench/gpu_peer.py --serve --precision "$1" "${device[@]}" 2>> "$OUT/peer.log"; }
 }
 
-# CONFIG FLAGS...: one measurement, appended to OUT/speed.jsonl. A first compile may take
-# minutes; a peer that does not answer in time is stopped, and the rest of the call has none.
+# SECONDS CONFIG FLAGS...: one measurement of SECONDS timed, appended to OUT/speed.jsonl unless
+# SECONDS is "warm" (then 1 s, not recorded: a first request, which compiles). A first compile
+# may take minutes; a peer that does not answer in time is stopped, and the rest of the call
+# has none.
 peer_ask() {
-  local config=$1 line; shift
+  local seconds=$1 config=$2 line; shift 2
   if [ -z "${PEER_PID:-}" ]; then echo "$config $*: no peer (it stopped earlier)"; failed; return 1; fi
-  echo "--config $config --seconds ${PEER_SECONDS:-5} $*" >&"${PEER[1]}"
+  echo "--config $config --seconds ${seconds/warm/1} $*" >&"${PEER[1]}"
   if ! read -r -t "${PEER_TIMEOUT:-300}" line <&"${PEER[0]}"; then
     echo "$config $*: the peer did not answer; stopped (OUT/peer.log):"; tail -n 5 "$OUT/peer.log"
     kill "$PEER_PID" 2> /dev/null; PEER_PID=
     failed; return 1
   fi
-  if [[ $line == '{"error"'* ]]; then echo "$config $*: $line"; failed; return 1; fi
-  echo "$line" >> "$OUT/speed.jsonl"
+  if [[ $line != '{"who"'* ]]; then echo "$config $*: $line"; failed; return 1; fi
+  [ "$seconds" = warm ] || echo "$line" >> "$OUT/speed.jsonl"
   echo "$line"
 }
 
@@ -237,6 +242,12 @@ lenet5-b128|--model lenet5 --batch-size 128 --layout nchw --compile"}
   mapfile -t peers <<< "$peer_configs"
   peer_start "$precision"
   local r i name peer flags round_start last_round=0
+  # The compiles first, so that no round holds one (and SPEED_BUDGET judges rounds alike).
+  for ((i = 0; i < ${#peers[@]}; ++i)); do
+    IFS='|' read -r name flags <<< "${peers[i]}"
+    # shellcheck disable=SC2086
+    [[ " $flags " == *" --compile "* ]] && echo "compiling $name $flags" && peer_ask warm "$name" $flags
+  done
   for ((r = 1; r <= rounds; ++r)); do
     # A round that would end past SPEED_BUDGET seconds (from the script's start) is not begun,
     # so that the table of the rounds run comes back within one call.
@@ -253,7 +264,7 @@ lenet5-b128|--model lenet5 --batch-size 128 --layout nchw --compile"}
       if ((i < ${#peers[@]})); then
         IFS='|' read -r name flags <<< "${peers[i]}"
         # shellcheck disable=SC2086
-        peer_ask "$name" $flags
+        peer_ask "${PEER_SECONDS:-5}" "$name" $flags
       fi
     done
     last_round=$((SECONDS - round_start))
