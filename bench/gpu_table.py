@@ -93,7 +93,7 @@ def speed_table(rows):
     skips = max((j.get("cudagraph_skips") or 0 for j in rows), default=0)
     if skips:
         lines.append(f"note: torch.compile fell back from CUDA graphs {skips} time(s) in the peer's process "
-                     "(its log, OUT/peer.log, says why)")
+                     "(OUT/peer.log, with TORCH_LOGS=perf_hints, says why)")
     for (who, config, precision, layout), seconds in sorted(compile_seconds.items()):
         lines.append(f"torch.compile (reduce-overhead) of {config} {layout} {precision}: {seconds:.0f} s, once per "
                      "process, outside the rates")

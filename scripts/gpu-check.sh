@@ -187,7 +187,9 @@ PY
 peer_start() {
   local device=()
   [ "$DEVICE" = cpu ] && device=(--device cpu)
-  coproc PEER { exec python3 bench/gpu_peer.py --serve --precision "$1" "${device[@]}" 2>> "$OUT/peer.log"; }
+  # perf_hints: Inductor says there why it ran a graph without CUDA graphs.
+  coproc PEER { TORCH_LOGS=${TORCH_LOGS:-perf_hints} exec python3 bench/gpu_peer.py --serve --precision "$1" "${device[@]}" \
+                  2>> "$OUT/peer.log"; }
 }
 
 # SECONDS CONFIG FLAGS...: one measurement of SECONDS timed, appended to OUT/speed.jsonl unless
