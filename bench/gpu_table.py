@@ -27,7 +27,11 @@ PRECISION_POINTS = 0.3
 
 def read_lines(path):
     rows = []
-    with open(path) as f:
+    try:
+        f = open(path)
+    except OSError as e:
+        sys.exit(f"gpu_table.py: error: {path}: {e.strerror} (no run of this mode finished?)")
+    with f:
         for number, line in enumerate(f, 1):
             if not line.strip():
                 continue

@@ -147,6 +147,13 @@ all_ran() {
   if ((FAILURES > 0)); then echo "$FAILURES run(s) failed or were skipped (above; OUT/steps.log)"; return 1; fi
 }
 
+check_seeds() {
+  local seed
+  for seed in "$@"; do
+    [[ $seed =~ ^[0-9]+$ ]] || { echo "SEED $seed: expected a whole number"; return 2; }
+  done
+}
+
 check_precision() {
   case "$1" in
     fp32|tf32|bf16) ;;
@@ -230,7 +237,7 @@ speed() {
   local ours_configs=${SPEED_OURS:-"resnet56-b128-1p|resnet56-b128|$r56 --batch-size 128 --devices cuda:0
 resnet56-b128-2p|resnet56-b128|$r56 --batch-size 128 --pipeline 25 --devices cuda:0,cuda:0
 resnet56-b512-1p|resnet56-b512|$r56 --batch-size 512 --devices cuda:0
-lenet5-b128-1p|lenet5-b128|--model lenet5 --layout nchw --epochs 2 --batch-size 128 --devices cuda:0"}
+lenet5-b128-1p|lenet5-b128|--model lenet5 --epochs 2 --batch-size 128 --devices cuda:0"}
   local peer_configs=${SPEED_PEERS:-"resnet56-b128|--model resnet56 --batch-size 128 --layout channels-last
 resnet56-b128|--model resnet56 --batch-size 128 --layout nchw
 resnet56-b128|--model resnet56 --batch-size 128 --layout channels-last --compile
@@ -324,7 +331,7 @@ tta() {
   local deps=$1 out=$2 precision=$4; BUDGET=$3; shift 4
   local seeds=("$@")
   ((${#seeds[@]})) || seeds=(1 2)
-  check_precision "$precision" || return 2
+  check_precision "$precision" && check_seeds "${seeds[@]}" || return 2
   prepare "$deps" "$out" || return 1
   local configs
   mapfile -t configs <<< "${TTA_CONFIGS:-"nonpipelined|--devices cuda:0
@@ -349,6 +356,7 @@ precision() {
   local deps=$1 out=$2; BUDGET=$3; shift 3
   local seeds=("$@")
   ((${#seeds[@]})) || seeds=(1 2)
+  check_seeds "${seeds[@]}" || return 2
   prepare "$deps" "$out" || return 1
   local flags seed p order
   flags=$(on_device "${PRECISION_CONFIG:---devices cuda:0}")
