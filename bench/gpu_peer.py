@@ -51,8 +51,12 @@ def set_precision(precision):
     tf32 = precision != "fp32"
     torch.backends.cudnn.allow_tf32 = tf32
     torch.backends.cuda.matmul.allow_tf32 = tf32
-    return {"precision": precision, "cudnn_tf32": torch.backends.cudnn.allow_tf32,
-            "matmul_tf32": torch.backends.cuda.matmul.allow_tf32}
+    flags = {"precision": precision, "cudnn_tf32": torch.backends.cudnn.allow_tf32,
+             "matmul_tf32": torch.backends.cuda.matmul.allow_tf32}
+    conv = getattr(getattr(torch.backends.cudnn, "conv", None), "fp32_precision", None)
+    if conv is not None:  # PyTorch 2.9 and later also state it in their newer terms
+        flags["fp32_precision"] = {"cudnn_conv": conv, "matmul": torch.backends.cuda.matmul.fp32_precision}
+    return flags
 
 
 def autocast(precision, device):
