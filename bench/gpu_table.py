@@ -1,45 +1,204 @@
 #!/usr/bin/env python3
-"""The one-GPU speed table from scripts/gpu-check.sh speed's speed.jsonl: medians over the
-alternated rounds of stalepipe's rates and PyTorch eager's best layout, and the ratios the GPU
-work is judged by (one partition against eager; two partitions on one GPU against one).
+"""The tables of scripts/gpu-check.sh's GPU checks, from the JSON lines its modes write:
 
-    python3 bench/gpu_table.py OUT/speed.jsonl
+    python3 bench/gpu_table.py speed OUT/speed.jsonl [--json OUT/speed.json]
+        medians over the alternated rounds of stalepipe's rates and PyTorch's, per precision:
+        ours against eager's best layout and against torch.compile's best (reduce-overhead),
+        and two partitions on one GPU against one.
+    python3 bench/gpu_table.py tta OUT/tta.jsonl [--json OUT/tta.json]
+        time to each target, per seed, of stalepipe's configurations and the PyTorch eager
+        loop (bench/gpu_tta_peer.py), and how many times sooner ours reached the last target
+        (target >= 1.5x).
+    python3 bench/gpu_table.py precision OUT/precision.jsonl [--json OUT/precision.json]
+        final test accuracy of bf16 against fp32 per seed and of the means (target: within
+        0.3 points), and the rates.
 Standard library only.
 """
+import argparse
 import collections
 import json
+import math
 import statistics
 import sys
 
+TTA_TARGET = 1.5
+PRECISION_POINTS = 0.3
+
+
+def read_lines(path):
+    rows = []
+    try:
+        f = open(path)
+    except OSError as e:
+        sys.exit(f"gpu_table.py: error: {path}: {e.strerror} (no run of this mode finished?)")
+    with f:
+        for number, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                rows.append(json.loads(line))
+            except ValueError as e:
+                sys.exit(f"gpu_table.py: error: {path}: line {number} is not JSON: {e}")
+    if not rows:
+        sys.exit(f"gpu_table.py: error: {path}: no results")
+    return rows
+
+
+def ratio_text(value, target=None):
+    if value is None:
+        return "-"
+    return f"{value:.2f}" + ("" if target is None else (" pass" if value >= target else " MISS"))
+
+
+def best(median, who, config, precision):
+    """The fastest layout of `who` for a peer configuration: (images/s, layout) or (None, "")."""
+    found = [(v, k[3]) for k, v in median.items() if k[:3] == (who, config, precision)]
+    return max(found) if found else (None, "")
+
+
+def speed_table(rows):
+    rates = collections.defaultdict(list)  # (who, config, precision, layout) -> images/s per round
+    peer_of, compile_seconds = {}, {}
+    for j in rows:
+        key = (j["who"], j["config"], j.get("precision", "?"), j.get("layout", ""))
+        rates[key].append(j["images_per_second"])
+        if j["who"] == "stalepipe":
+            peer_of[j["config"]] = j.get("peer", j["config"].rsplit("-", 1)[0])
+        if j.get("compile_seconds"):
+            compile_seconds[key] = j["compile_seconds"]
+    median = {k: statistics.median(v) for k, v in rates.items()}
+    lines = ["| configuration | precision | stalepipe (img/s) | PyTorch eager, best layout (img/s) | ratio "
+             "| torch.compile, best layout (img/s) | ratio | rounds |", "|---|---|---|---|---|---|---|---|"]
+    result = {"medians": [], "ratios": []}
+    for (who, config, precision, layout), value in sorted(median.items()):
+        result["medians"].append({"who": who, "config": config, "precision": precision, "layout": layout,
+                                  "images_per_second": value, "rounds": len(rates[(who, config, precision, layout)])})
+    ours_keys = sorted(k for k in median if k[0] == "stalepipe")
+    for key in ours_keys:
+        _, config, precision, _ = key
+        rate, peer = median[key], peer_of[config]
+        eager, eager_layout = best(median, "pytorch-eager", peer, precision)
+        compiled, compiled_layout = best(median, "pytorch-compile", peer, precision)
+        r_eager = rate / eager if eager else None
+        r_compile = rate / compiled if compiled else None
+        result["ratios"].append({"config": config, "precision": precision, "stalepipe": rate, "peer": peer,
+                                 "eager_best": eager, "eager_layout": eager_layout, "ratio_eager": r_eager,
+                                 "compile_best": compiled, "compile_layout": compiled_layout,
+                                 "ratio_compile": r_compile})
+        lines.append(f"| {config} | {precision} | {rate:.0f} | "
+                     + (f"{eager:.0f} ({eager_layout})" if eager else "-") + f" | {ratio_text(r_eager)} | "
+                     + (f"{compiled:.0f} ({compiled_layout})" if compiled else "-")
+                     + f" | {ratio_text(r_compile)} | {len(rates[key])} |")
+    for precision in sorted({k[2] for k in ours_keys}):
+        one = median.get(("stalepipe", "resnet56-b128-1p", precision, ""))
+        two = median.get(("stalepipe", "resnet56-b128-2p", precision, ""))
+        if one and two:
+            lines.append(f"\nTwo partitions on one GPU against one, ResNet-56 b128, {precision}: {two / one:.2f}x")
+    skips = max((j.get("cudagraph_skips") or 0 for j in rows), default=0)
+    if skips:
+        lines.append(f"note: torch.compile fell back from CUDA graphs {skips} time(s) in the peer's process "
+                     "(OUT/peer.log, with TORCH_LOGS=perf_hints, says why)")
+    for (who, config, precision, layout), seconds in sorted(compile_seconds.items()):
+        lines.append(f"torch.compile (reduce-overhead) of {config} {layout} {precision}: {seconds:.0f} s, once per "
+                     "process, outside the rates")
+    return lines, result
+
+
+def geometric_mean(values):
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
+
+
+def time_to(j, target):
+    for t in j.get("time_to_target", []):
+        if t["target"] == target and t["reached"]:
+            return t["wall_seconds"]
+    return None
+
+
+def tta_table(rows):
+    targets = [t["target"] for t in rows[0]["time_to_target"]]
+    last = targets[-1]
+    header = "| seed | run | precision | images/s | test accuracy (%) | " + " | ".join(f"to {t:g}%" for t in targets)
+    lines = [header + f" | to {last:g}%: PyTorch's time / ours |", "|---" * (6 + len(targets)) + "|"]
+    peers = {(j["seed"], j["precision"]): j for j in rows if j["who"] != "stalepipe"}
+    ratios = collections.defaultdict(list)  # (config, precision) -> per-seed ratios
+    for j in sorted(rows, key=lambda j: (j["precision"], j["seed"], j["who"] != "stalepipe", j["config"])):
+        peer = peers.get((j["seed"], j["precision"]))
+        ratio = None
+        if j["who"] == "stalepipe" and peer and time_to(j, last) and time_to(peer, last):
+            ratio = time_to(peer, last) / time_to(j, last)
+            ratios[(j["config"], j["precision"])].append(ratio)
+        times = " | ".join(f"{time_to(j, t):.1f} s" if time_to(j, t) is not None else "not reached" for t in targets)
+        rate = f"{j['images_per_second']:.0f}" if j.get("images_per_second") else "-"
+        lines.append(f"| {j['seed']} | {j['config']} | {j['precision']} | {rate} | {100 * j['test_accuracy']:.2f} | "
+                     f"{times} | {ratio_text(ratio)} |")
+    result = {"target": last, "ratios": []}
+    lines.append("")
+    for (config, precision), values in sorted(ratios.items()):
+        g = geometric_mean(values)
+        result["ratios"].append({"config": config, "precision": precision, "per_seed": values, "geometric_mean": g})
+        lines.append(f"{config} ({precision}) reached {last:g}% {g:.2f}x sooner than the PyTorch eager loop "
+                     f"(geometric mean over {len(values)} seed(s); target >= {TTA_TARGET}): "
+                     + ("pass" if g >= TTA_TARGET else "MISS"))
+    if not ratios:
+        lines.append(f"No pair of a stalepipe run and the peer on one seed where both reached {last:g}%.")
+    return lines, result
+
+
+def precision_table(rows):
+    by = {(j["seed"], j["precision"]): j for j in rows if j["who"] == "stalepipe"}
+    seeds = sorted({s for s, p in by if (s, "fp32") in by and (s, "bf16") in by})
+    lines = ["| seed | fp32 test accuracy (%) | bf16 test accuracy (%) | difference (points) "
+             "| fp32 images/s | bf16 images/s | bf16 / fp32 speed |", "|---|---|---|---|---|---|---|"]
+    result = {"seeds": [], "target_points": PRECISION_POINTS}
+    for s in seeds:
+        fp32, bf16 = by[(s, "fp32")], by[(s, "bf16")]
+        diff = 100 * (bf16["test_accuracy"] - fp32["test_accuracy"])
+        speed = bf16["images_per_second"] / fp32["images_per_second"]
+        result["seeds"].append({"seed": s, "fp32": fp32["test_accuracy"], "bf16": bf16["test_accuracy"],
+                                "difference_points": diff, "fp32_images_per_second": fp32["images_per_second"],
+                                "bf16_images_per_second": bf16["images_per_second"], "speed_ratio": speed})
+        lines.append(f"| {s} | {100 * fp32['test_accuracy']:.2f} | {100 * bf16['test_accuracy']:.2f} | {diff:+.2f} | "
+                     f"{fp32['images_per_second']:.0f} | {bf16['images_per_second']:.0f} | {speed:.2f} |")
+    if not seeds:
+        lines.append("\nNo seed has both an fp32 and a bf16 run.")
+        return lines, result
+    mean = statistics.mean(e["difference_points"] for e in result["seeds"])
+    result["mean_difference_points"] = mean
+    worst = max(abs(e["difference_points"]) for e in result["seeds"])
+    lines.append(f"\nbf16 - fp32, mean over {len(seeds)} seed(s): {mean:+.2f} points (target: within "
+                 f"{PRECISION_POINTS}): " + ("pass" if abs(mean) <= PRECISION_POINTS else "MISS")
+                 + f"; largest single-seed difference {worst:.2f} points")
+    return lines, result
+
+
+def precision_warnings(rows):
+    """Where our run's config.json does not record the precision the row says it ran at."""
+    lines = []
+    for j in rows:
+        if j["who"] == "stalepipe" and j.get("config_precision") != j.get("precision"):
+            seed = f" (seed {j['seed']})" if "seed" in j else ""
+            lines.append(f"warning: {j['config']}{seed} asked for {j.get('precision')} but its "
+                         f"config.json records {j.get('config_precision')}")
+    return lines
+
 
 def main():
-    if len(sys.argv) != 2:
-        sys.exit("usage: gpu_table.py SPEED.jsonl")
-    rates = collections.defaultdict(list)  # (who, config, layout) -> images/s per round
-    with open(sys.argv[1]) as f:
-        for line in f:
-            j = json.loads(line)
-            rates[(j["who"], j["config"], j.get("layout", ""))].append(j["images_per_second"])
-    median = {k: statistics.median(v) for k, v in rates.items()}
-
-    def ours(config):
-        return median.get(("stalepipe", config, ""))
-
-    def eager_best(config):
-        found = [(v, k[2]) for k, v in median.items() if k[0] == "pytorch-eager" and k[1] == config]
-        return max(found) if found else (None, "")
-
-    print("| configuration | stalepipe (img/s) | PyTorch eager, best layout (img/s) | ratio | rounds |")
-    print("|---|---|---|---|---|")
-    for config in sorted({k[1] for k in median if k[0] == "stalepipe"}):
-        peer_config = config.rsplit("-", 1)[0]  # resnet56-b128-1p -> resnet56-b128
-        rate, (peer, layout) = ours(config), eager_best(peer_config)
-        ratio = f"{rate / peer:.2f}" if rate and peer else "-"
-        peer_text = f"{peer:.0f} ({layout})" if peer else "-"
-        print(f"| {config} | {rate:.0f} | {peer_text} | {ratio} | {len(rates[('stalepipe', config, '')])} |")
-    one, two = ours("resnet56-b128-1p"), ours("resnet56-b128-2p")
-    if one and two:
-        print(f"\nTwo partitions on one GPU against one, ResNet-56 b128: {two / one:.2f}x")
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("table", choices=["speed", "tta", "precision"])
+    ap.add_argument("jsonl", help="the mode's JSON lines")
+    ap.add_argument("--json", help="also write the table's figures and every row here")
+    args = ap.parse_args()
+    rows = read_lines(args.jsonl)
+    try:
+        lines, result = {"speed": speed_table, "tta": tta_table, "precision": precision_table}[args.table](rows)
+    except (KeyError, TypeError, ZeroDivisionError) as e:
+        sys.exit(f"gpu_table.py: error: {args.jsonl}: a row lacks what the {args.table} table needs ({e!r})")
+    print("\n".join(lines + precision_warnings(rows)))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"rows": rows, **result}, f, indent=1)
+            f.write("\n")
 
 
 if __name__ == "__main__":

@@ -4,12 +4,28 @@
 #
 #   scripts/gpu-check.sh pack DEPS                  # here (Debian): copy what that machine lacks
 #   scripts/gpu-check.sh run DEPS OUT SECONDS [EXPERIMENT.json...]   # there
-#   scripts/gpu-check.sh speed DEPS OUT ROUNDS      # there: the one-GPU speed table
+#   scripts/gpu-check.sh speed DEPS OUT ROUNDS [PRECISION]            # there: the one-GPU speed table
+#   scripts/gpu-check.sh tta DEPS OUT SECONDS PRECISION [SEED...]     # there: time to accuracy against PyTorch
+#   scripts/gpu-check.sh precision DEPS OUT SECONDS [SEED...]         # there: bf16 against fp32
 #
 # `run` builds in build-gpu, runs `ctest -L unit`, then trains each experiment file with
 # `stalepipe sweep` until SECONDS (counted from the script's start) have passed; a sweep stopped
 # then leaves its finished runs. OUT receives machine.txt, steps.log and a tarball of each
-# experiment's results.
+# experiment's results. `speed`, `tta` and `precision` build the CLI only (no tests) and write
+# OUT/<mode>.jsonl (every run), OUT/<mode>.json (rows and figures) and OUT/<mode>.md (the table);
+# docs/performance.md ("On a GPU") gives what each prints and how long it takes.
+# PRECISION: fp32 (TF32 off), tf32 or bf16, the same on both sides (`stalepipe train --precision`,
+# bench/gpu_peer.py --precision).
+#
+# Knobs for a dry run of the measuring modes on a CPU (their figures mean nothing there):
+# SP=path/to/stalepipe uses that binary instead of building; DEVICE=cpu trains on the CPU (ours'
+# cuda:0 becomes cpu, the peers get --device cpu); DATA_DIR=DIR reads Fashion-MNIST's four IDX
+# files from DIR on both sides (default /usr/share/datasets/fashion-mnist). The configurations
+# are variables too (SPEED_OURS, SPEED_PEERS, TTA_RECIPE, TTA_CONFIGS, PRECISION_CONFIG; see each
+# mode), and so are the times: PEER_SECONDS (5: timed seconds of a PyTorch measurement),
+# PEER_TIMEOUT (300: the longest wait for one, a first compile included), SPEED_BUDGET (450: no
+# speed round begins that would end later), MIN_RUN_SECONDS (60: no training run of tta or
+# precision begins with less of SECONDS left).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -98,66 +114,271 @@ print(os.path.normpath(os.path.join(os.path.dirname(e), j["out"])), *j.get("seed
   done
 }
 
-# One training run on the GPU: its steady rate is the images/s of its last epoch (the first
-# holds cuDNN's autotuning and the allocator's growth). Appends a JSON line to OUT/speed.jsonl.
-ours() {
-  local name=$1; shift
+# What the measuring modes share: OUT, the data set, machine.txt and the CLI in $SP (built here
+# unless SP names one), which must know --precision.
+prepare() {
+  DEPS=$(realpath "$1"); OUT=$2; DEVICE=${DEVICE:-cuda}; DATA_DIR=${DATA_DIR:-/usr/share/datasets/fashion-mnist}
+  mkdir -p "$OUT"
+  export CPATH="$DEPS/prefix/include"
+  if [ ! -d "$DATA_DIR" ] && [ -d "$DEPS/fashion-mnist" ]; then
+    mkdir -p "$(dirname "$DATA_DIR")" && cp -r "$DEPS/fashion-mnist" "$DATA_DIR"
+  fi
+  { nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; nproc
+    python3 -c 'import torch; print("torch", torch.__version__, torch.version.cuda)'; } > "$OUT/machine.txt" 2>&1
+  cat "$OUT/machine.txt"
+  if [ -z "${SP:-}" ]; then
+    step gtest gtest_prefix && step configure configure && step build cmake --build build-gpu -j"$(nproc)" --target stalepipe ||
+      return 1
+    SP=build-gpu/apps/stalepipe/stalepipe
+  fi
+  local help
+  help=$("$SP" train --help 2>&1)  # whole first: grep -q would end the writer early, a failure under pipefail
+  if ! grep -q -- '--precision' <<< "$help"; then
+    echo "$SP: train has no --precision; these checks need it (both sides run the same precision)"
+    return 1
+  fi
+}
+
+# A measuring mode counts the runs that failed or did not fit, prints its table from the others
+# and then ends non-zero if there were any.
+FAILURES=0
+failed() { FAILURES=$((FAILURES + 1)); }
+all_ran() {
+  if ((FAILURES > 0)); then echo "$FAILURES run(s) failed or were skipped (above; OUT/steps.log)"; return 1; fi
+}
+
+check_seeds() {
+  local seed
+  for seed in "$@"; do
+    [[ $seed =~ ^[0-9]+$ ]] || { echo "SEED $seed: expected a whole number"; return 2; }
+  done
+}
+
+check_precision() {
+  case "$1" in
+    fp32|tf32|bf16) ;;
+    *) echo "PRECISION $1: expected fp32, tf32 or bf16"; return 2 ;;
+  esac
+}
+
+# Our flags for this machine: cuda:0 becomes cpu in a dry run.
+on_device() {
+  if [ "$DEVICE" = cpu ]; then echo "${*//cuda:0/cpu}"; else echo "$*"; fi
+}
+
+# One training run of the speed table: its steady rate is the images/s of its last epoch (the
+# first holds cuDNN's autotuning and the allocator's growth). Appends a JSON line to
+# OUT/speed.jsonl. NAME PEER PRECISION FLAGS...
+ours_speed() {
+  local name=$1 peer=$2 precision=$3; shift 3
   local dir=/tmp/speed-$name
   rm -rf "$dir"
-  if ! build-gpu/apps/stalepipe/stalepipe train --progress none --drop-last --out "$dir" "$@" > "$dir.log" 2>&1; then
-    echo "$name: failed"; tail -n 3 "$dir.log"; return 1
+  if ! "$SP" train --data "fashion-mnist:$DATA_DIR" --progress none --drop-last --precision "$precision" \
+      --out "$dir" "$@" > "$dir.log" 2>&1; then
+    echo "$name: failed"; tail -n 3 "$dir.log"; failed; return 1
   fi
-  python3 - "$dir/metrics.jsonl" "$name" "$*" >> "$OUT/speed.jsonl" <<'PY'
+  python3 - "$dir" "$name" "$peer" "$precision" "$*" >> "$OUT/speed.jsonl" <<'PY'
 import json, sys
-epochs = [j for j in map(json.loads, open(sys.argv[1])) if j.get("type") == "epoch"]
-print(json.dumps({"who": "stalepipe", "config": sys.argv[2], "flags": sys.argv[3],
+run, name, peer, precision, flags = sys.argv[1:]
+epochs = [j for j in map(json.loads, open(run + "/metrics.jsonl")) if j.get("type") == "epoch"]
+print(json.dumps({"who": "stalepipe", "config": name, "peer": peer, "precision": precision, "flags": flags,
+                  "config_precision": json.load(open(run + "/config.json")).get("precision"),
                   "images_per_second": round(epochs[-1]["images_per_second"], 1),
                   "test_accuracy": epochs[-1].get("test_accuracy")}))
 PY
   tail -n 1 "$OUT/speed.jsonl"
 }
 
-peer() {
-  local name=$1; shift
-  python3 bench/gpu_peer.py "$@" --json /tmp/peer.jsonl > /dev/null || return 1
-  python3 -c 'import json,sys; j=json.loads(open("/tmp/peer.jsonl").readlines()[-1]); j["config"]=sys.argv[1]; print(json.dumps(j))' \
-    "$name" >> "$OUT/speed.jsonl"
-  tail -n 1 "$OUT/speed.jsonl"
+# PyTorch's side of the speed table: one bench/gpu_peer.py --serve process for the whole call,
+# so that each torch.compile'd model compiles once (its first request, outside the rate).
+peer_start() {
+  local device=()
+  [ "$DEVICE" = cpu ] && device=(--device cpu)
+  # perf_hints: Inductor says there why it ran a graph without CUDA graphs.
+  coproc PEER { TORCH_LOGS=${TORCH_LOGS:-perf_hints} exec python3 bench/gpu_peer.py --serve --precision "$1" "${device[@]}" \
+                  2>> "$OUT/peer.log"; }
 }
 
-# ROUNDS alternated rounds of ours (real Fashion-MNIST through the loader) and PyTorch eager's
-# (a fixed batch on the device), then the medians (bench/gpu_table.py).
-speed() {
-  DEPS=$(realpath "$1"); OUT=$2; local rounds=$3
-  mkdir -p "$OUT"
-  export CPATH="$DEPS/prefix/include"
-  if [ ! -d /usr/share/datasets/fashion-mnist ]; then
-    mkdir -p /usr/share/datasets && cp -r "$DEPS/fashion-mnist" /usr/share/datasets/
+# SECONDS CONFIG FLAGS...: one measurement of SECONDS timed, appended to OUT/speed.jsonl unless
+# SECONDS is "warm" (then 1 s, not recorded: a first request, which compiles). A first compile
+# may take minutes; a peer that does not answer in time is stopped, and the rest of the call
+# has none.
+peer_ask() {
+  local seconds=$1 config=$2 line; shift 2
+  if [ -z "${PEER_PID:-}" ]; then echo "$config $*: no peer (it stopped earlier)"; failed; return 1; fi
+  echo "--config $config --seconds ${seconds/warm/1} $*" >&"${PEER[1]}"
+  if ! read -r -t "${PEER_TIMEOUT:-300}" line <&"${PEER[0]}"; then
+    echo "$config $*: the peer did not answer; stopped (OUT/peer.log):"; tail -n 5 "$OUT/peer.log"
+    kill "$PEER_PID" 2> /dev/null; PEER_PID=
+    failed; return 1
   fi
-  { nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; nproc
-    python3 -c 'import torch; print("torch", torch.__version__, torch.version.cuda)'; } > "$OUT/machine.txt" 2>&1
-  cat "$OUT/machine.txt"
-  step gtest gtest_prefix && step configure configure && step build cmake --build build-gpu -j"$(nproc)" --target stalepipe ||
-    return 1
-  # 200 mini-batches an epoch (the second one timed) keep a round near a minute.
-  local r56=(--model resnet56 --layout channels-last --epochs 2 --train-subset 25600)
-  local eager=(--seconds 5)
-  for ((r = 1; r <= rounds; ++r)); do
-    ours resnet56-b128-1p "${r56[@]}" --batch-size 128 --devices cuda:0
-    peer resnet56-b128 --model resnet56 --batch-size 128 --layout channels-last "${eager[@]}"
-    ours resnet56-b128-2p "${r56[@]}" --batch-size 128 --pipeline 25 --devices cuda:0,cuda:0
-    peer resnet56-b128 --model resnet56 --batch-size 128 --layout nchw "${eager[@]}"
-    ours resnet56-b512-1p "${r56[@]}" --batch-size 512 --devices cuda:0
-    peer resnet56-b512 --model resnet56 --batch-size 512 --layout channels-last "${eager[@]}"
-    ours lenet5-b128-1p --model lenet5 --devices cuda:0 --epochs 2 --batch-size 128
-    peer lenet5-b128 --model lenet5 --batch-size 128 --layout nchw "${eager[@]}"
+  if [[ $line != '{"who"'* ]]; then echo "$config $*: $line"; failed; return 1; fi
+  [ "$seconds" = warm ] || echo "$line" >> "$OUT/speed.jsonl"
+  echo "$line"
+}
+
+peer_stop() {
+  if [ -n "${PEER_PID:-}" ]; then
+    eval "exec ${PEER[1]}>&-"  # end of requests: the peer exits
+    wait "$PEER_PID"
+  fi
+}
+
+# ROUNDS alternated rounds of ours (real Fashion-MNIST through the loader) and PyTorch's, eager
+# in both layouts and torch.compile'd (a fixed batch on the device), at one PRECISION, then the
+# medians and ratios (bench/gpu_table.py speed). SPEED_OURS (NAME|PEER|FLAGS a line) and
+# SPEED_PEERS (PEER|gpu_peer.py FLAGS a line) replace the configurations below.
+speed() {
+  local rounds=$3 precision=${4:-fp32}
+  check_precision "$precision" || return 2
+  prepare "$1" "$2" || return 1
+  # 200 mini-batches an epoch (the second one timed) keep a ResNet-56 run near 15 s.
+  local r56="--model resnet56 --layout channels-last --epochs 2 --train-subset 25600"
+  local ours_configs=${SPEED_OURS:-"resnet56-b128-1p|resnet56-b128|$r56 --batch-size 128 --devices cuda:0
+resnet56-b128-2p|resnet56-b128|$r56 --batch-size 128 --pipeline 25 --devices cuda:0,cuda:0
+resnet56-b512-1p|resnet56-b512|$r56 --batch-size 512 --devices cuda:0
+lenet5-b128-1p|lenet5-b128|--model lenet5 --epochs 2 --batch-size 128 --devices cuda:0"}
+  local peer_configs=${SPEED_PEERS:-"resnet56-b128|--model resnet56 --batch-size 128 --layout channels-last
+resnet56-b128|--model resnet56 --batch-size 128 --layout nchw
+resnet56-b128|--model resnet56 --batch-size 128 --layout channels-last --compile
+resnet56-b512|--model resnet56 --batch-size 512 --layout channels-last
+resnet56-b512|--model resnet56 --batch-size 512 --layout nchw
+lenet5-b128|--model lenet5 --batch-size 128 --layout nchw
+lenet5-b128|--model lenet5 --batch-size 128 --layout channels-last
+lenet5-b128|--model lenet5 --batch-size 128 --layout nchw --compile"}
+  local ours peers
+  mapfile -t ours <<< "$ours_configs"
+  mapfile -t peers <<< "$peer_configs"
+  peer_start "$precision"
+  local r i name peer flags round_start last_round=0
+  # The compiles first, so that no round holds one (and SPEED_BUDGET judges rounds alike).
+  for ((i = 0; i < ${#peers[@]}; ++i)); do
+    IFS='|' read -r name flags <<< "${peers[i]}"
+    # shellcheck disable=SC2086
+    [[ " $flags " == *" --compile "* ]] && echo "compiling $name $flags" && peer_ask warm "$name" $flags
   done
-  python3 bench/gpu_table.py "$OUT/speed.jsonl" | tee "$OUT/speed.md"
+  for ((r = 1; r <= rounds; ++r)); do
+    # A round that would end past SPEED_BUDGET seconds (from the script's start) is not begun,
+    # so that the table of the rounds run comes back within one call.
+    if ((r > 1 && SECONDS + last_round > ${SPEED_BUDGET:-450})); then
+      echo "round $r and later: not begun (the last round took $last_round s, $SECONDS s have passed)"; break
+    fi
+    echo "round $r"; round_start=$SECONDS
+    for ((i = 0; i < ${#ours[@]} || i < ${#peers[@]}; ++i)); do
+      if ((i < ${#ours[@]})); then
+        IFS='|' read -r name peer flags <<< "${ours[i]}"
+        # shellcheck disable=SC2046  # the flags are words
+        ours_speed "$name" "$peer" "$precision" $(on_device "$flags")
+      fi
+      if ((i < ${#peers[@]})); then
+        IFS='|' read -r name flags <<< "${peers[i]}"
+        # shellcheck disable=SC2086
+        peer_ask "${PEER_SECONDS:-5}" "$name" $flags
+      fi
+    done
+    last_round=$((SECONDS - round_start))
+  done
+  peer_stop
+  python3 bench/gpu_table.py speed "$OUT/speed.jsonl" --json "$OUT/speed.json" | tee "$OUT/speed.md"
+  all_ran
+}
+
+# The time-to-accuracy recipe (experiments/time-to-accuracy-resnet56-gpu.json) in the flags
+# both `stalepipe train` and bench/gpu_tta_peer.py take; ours adds what the peer does anyway.
+TTA_RECIPE_DEFAULT="--model resnet56 --epochs 4 --batch-size 128 --lr 0.1 --momentum 0.9 --weight-decay 0.0005 \
+--warmup-epochs 1 --eval-every 156 --targets 85,90,92 --layout channels-last"
+OURS_RECIPE="--drop-last --lr-schedule cosine --executor threads --threads 2 --progress none"
+
+# One run of ours with the recipe, if it fits the budget; appends a JSON line (summary.json's
+# time_to_target, the evaluations of metrics.jsonl) to FILE. FILE NAME SEED PRECISION FLAGS...
+ours_tta() {
+  local file=$1 name=$2 seed=$3 precision=$4; shift 4
+  local dir=/tmp/tta-$name-s$seed-$precision left=$((BUDGET - SECONDS))
+  if ((left < ${MIN_RUN_SECONDS:-60})); then echo "$name seed $seed $precision: skipped, $left s left"; failed; return 1; fi
+  rm -rf "$dir"
+  # shellcheck disable=SC2086  # the recipe is words
+  if ! step "$name-s$seed-$precision" timeout "$left" "$SP" train ${TTA_RECIPE:-$TTA_RECIPE_DEFAULT} $OURS_RECIPE \
+      --data "fashion-mnist:$DATA_DIR" --seed "$seed" --precision "$precision" --out "$dir" "$@"; then
+    failed; return 1
+  fi
+  python3 - "$dir" "$name" "$seed" "$precision" "$*" >> "$file" <<'PY'
+import json, sys
+run, name, seed, precision, flags = sys.argv[1:]
+s = json.load(open(run + "/summary.json"))
+evaluations = [{k: j[k] for k in ("step", "epoch", "wall_seconds", "test_accuracy")}
+               for j in map(json.loads, open(run + "/metrics.jsonl")) if "test_accuracy" in j]
+print(json.dumps({"who": "stalepipe", "config": name, "seed": int(seed), "precision": precision, "flags": flags,
+                  "config_precision": json.load(open(run + "/config.json")).get("precision"),
+                  "images_per_second": round(s["images_per_second"], 1), "train_seconds": s["wall_seconds"],
+                  "test_accuracy": s.get("test_accuracy"), "time_to_target": s["time_to_target"],
+                  "evaluations": evaluations}))
+PY
+}
+
+peer_tta() {
+  local file=$1 seed=$2 precision=$3 left=$((BUDGET - SECONDS)) device=()
+  if ((left < ${MIN_RUN_SECONDS:-60})); then echo "peer seed $seed: skipped, $left s left"; failed; return 1; fi
+  [ "$DEVICE" = cpu ] && device=(--device cpu)
+  # shellcheck disable=SC2086
+  step "pytorch-eager-s$seed-$precision" timeout "$left" python3 bench/gpu_tta_peer.py ${TTA_RECIPE:-$TTA_RECIPE_DEFAULT} \
+    --data "$DATA_DIR" --seed "$seed" --precision "$precision" "${device[@]}" --json "$file" || failed
+}
+
+# Time to accuracy (the recipe) of ours, each configuration of TTA_CONFIGS (NAME|FLAGS a
+# line), against the PyTorch eager loop, seed by seed, alternating who goes first, as long as
+# SECONDS (from the script's start) leave MIN_RUN_SECONDS for the next run.
+tta() {
+  local deps=$1 out=$2 precision=$4; BUDGET=$3; shift 4
+  local seeds=("$@")
+  ((${#seeds[@]})) || seeds=(1 2)
+  check_precision "$precision" && check_seeds "${seeds[@]}" || return 2
+  prepare "$deps" "$out" || return 1
+  local configs
+  mapfile -t configs <<< "${TTA_CONFIGS:-"nonpipelined|--devices cuda:0
+2partitions-one-gpu|--pipeline 25 --devices cuda:0,cuda:0"}"
+  local seed c name flags
+  for seed in "${seeds[@]}"; do
+    ((seed % 2 == 0)) && peer_tta "$OUT/tta.jsonl" "$seed" "$precision"
+    for c in "${configs[@]}"; do
+      IFS='|' read -r name flags <<< "$c"
+      # shellcheck disable=SC2046
+      ours_tta "$OUT/tta.jsonl" "$name" "$seed" "$precision" $(on_device "$flags")
+    done
+    ((seed % 2 == 1)) && peer_tta "$OUT/tta.jsonl" "$seed" "$precision"
+  done
+  python3 bench/gpu_table.py tta "$OUT/tta.jsonl" --json "$OUT/tta.json" | tee "$OUT/tta.md"
+  all_ran
+}
+
+# The recipe's 4 epochs at fp32 and at bf16 (PRECISION_CONFIG: our flags, non-pipelined on
+# cuda:0 by default), seed by seed, then the accuracy difference and the rates.
+precision() {
+  local deps=$1 out=$2; BUDGET=$3; shift 3
+  local seeds=("$@")
+  ((${#seeds[@]})) || seeds=(1 2)
+  check_seeds "${seeds[@]}" || return 2
+  prepare "$deps" "$out" || return 1
+  local flags seed p order
+  flags=$(on_device "${PRECISION_CONFIG:---devices cuda:0}")
+  for seed in "${seeds[@]}"; do
+    order=(fp32 bf16)
+    ((seed % 2 == 0)) && order=(bf16 fp32)
+    for p in "${order[@]}"; do
+      # shellcheck disable=SC2086
+      ours_tta "$OUT/precision.jsonl" nonpipelined "$seed" "$p" $flags
+    done
+  done
+  python3 bench/gpu_table.py precision "$OUT/precision.jsonl" --json "$OUT/precision.json" | tee "$OUT/precision.md"
+  all_ran
 }
 
 case "${1:-}" in
   pack) pack "$2" ;;
   run) shift; run "$@" ;;
-  speed) shift; speed "$@" ;;
-  *) echo "usage: $0 pack DEPS | run DEPS OUT SECONDS [EXPERIMENT.json...] | speed DEPS OUT ROUNDS" >&2; exit 2 ;;
+  speed|tta|precision)
+    if (($# < 4)); then echo "usage: $0 $1 DEPS OUT ... (see the comment at the top)" >&2; exit 2; fi
+    mode=$1; shift
+    "$mode" "$@" ;;
+  *) echo "usage: $0 pack DEPS | run DEPS OUT SECONDS [EXPERIMENT.json...] | speed DEPS OUT ROUNDS [PRECISION]" \
+       "| tta DEPS OUT SECONDS PRECISION [SEED...] | precision DEPS OUT SECONDS [SEED...]" >&2; exit 2 ;;
 esac

@@ -59,4 +59,121 @@ if /usr/bin/python3 -c "import torchvision, PIL" 2> /dev/null; then
 else
   echo "loader_speed.sh: skipped (no torchvision for /usr/bin/python3)"
 fi
+# The GPU checks' tables (bench/gpu_table.py) on rows whose figures are known.
+cat > "$tmp/speed.jsonl" <<'JSON'
+{"who": "stalepipe", "config": "resnet56-b128-1p", "peer": "resnet56-b128", "precision": "fp32", "config_precision": "fp32", "images_per_second": 100}
+{"who": "stalepipe", "config": "resnet56-b128-1p", "peer": "resnet56-b128", "precision": "fp32", "config_precision": "fp32", "images_per_second": 300}
+{"who": "stalepipe", "config": "resnet56-b128-2p", "peer": "resnet56-b128", "precision": "fp32", "config_precision": "fp32", "images_per_second": 300}
+{"who": "pytorch-eager", "config": "resnet56-b128", "layout": "channels-last", "precision": "fp32", "images_per_second": 100}
+{"who": "pytorch-eager", "config": "resnet56-b128", "layout": "nchw", "precision": "fp32", "images_per_second": 80}
+{"who": "pytorch-compile", "config": "resnet56-b128", "layout": "channels-last", "precision": "fp32", "compile_seconds": 58, "images_per_second": 160}
+{"who": "pytorch-eager", "config": "resnet56-b128", "layout": "channels-last", "precision": "bf16", "images_per_second": 1000}
+JSON
+out=$(python3 "$bench/gpu_table.py" speed "$tmp/speed.jsonl" --json "$tmp/speed.json")
+grep -qF '| resnet56-b128-1p | fp32 | 200 | 100 (channels-last) | 2.00 | 160 (channels-last) | 1.25 | 2 |' <<< "$out" ||
+  fail "gpu_table.py speed: median 200 against eager's best 100 and compile's 160: $out"
+grep -qF 'Two partitions on one GPU against one, ResNet-56 b128, fp32: 1.50x' <<< "$out" || fail "gpu_table.py speed 2p/1p: $out"
+grep -q 'torch.compile (reduce-overhead) of resnet56-b128 channels-last fp32: 58 s' <<< "$out" || fail "gpu_table.py compile seconds: $out"
+python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); assert len(j["rows"]) == 7 and j["ratios"][0]["ratio_compile"] == 1.25' \
+  "$tmp/speed.json" || fail "gpu_table.py speed --json"
+tta_row() {  # WHO CONFIG SEED SECONDS-TO-92 (null: not reached)
+  local reached=true; [ "$4" = null ] && reached=false
+  echo "{\"who\": \"$1\", \"config\": \"$2\", \"seed\": $3, \"precision\": \"fp32\", \"config_precision\": \"fp32\", \"images_per_second\": 7000, \"test_accuracy\": 0.93, \"time_to_target\": [{\"target\": 85.0, \"reached\": true, \"wall_seconds\": 5}, {\"target\": 92.0, \"reached\": $reached, \"wall_seconds\": $4}]}"
+}
+{ tta_row stalepipe nonpipelined 1 10; tta_row pytorch-eager pytorch-eager 1 16; tta_row stalepipe nonpipelined 2 10
+  tta_row pytorch-eager pytorch-eager 2 16; tta_row stalepipe 2partitions 1 20; tta_row stalepipe 2partitions 2 null; } > "$tmp/tta.jsonl"
+out=$(python3 "$bench/gpu_table.py" tta "$tmp/tta.jsonl")
+grep -qF 'nonpipelined (fp32) reached 92% 1.60x sooner than the PyTorch eager loop (geometric mean over 2 seed(s); target >= 1.5): pass' <<< "$out" ||
+  fail "gpu_table.py tta: 16 s against 10 s on both seeds: $out"
+grep -qF '2partitions (fp32) reached 92% 0.80x sooner' <<< "$out" || fail "gpu_table.py tta: a seed that did not reach 92% has no ratio: $out"
+grep -qF '| 2 | 2partitions | fp32 | 7000 | 93.00 | 5.0 s | not reached | - |' <<< "$out" || fail "gpu_table.py tta row: $out"
+{ for s in 1 2; do
+    echo "{\"who\": \"stalepipe\", \"config\": \"nonpipelined\", \"seed\": $s, \"precision\": \"fp32\", \"config_precision\": \"fp32\", \"images_per_second\": 7000, \"test_accuracy\": 0.930}"
+    echo "{\"who\": \"stalepipe\", \"config\": \"nonpipelined\", \"seed\": $s, \"precision\": \"bf16\", \"config_precision\": \"fp32\", \"images_per_second\": 14000, \"test_accuracy\": 0.92$((s + 4))}"
+  done; } > "$tmp/precision.jsonl"
+out=$(python3 "$bench/gpu_table.py" precision "$tmp/precision.jsonl")
+grep -qF '| 1 | 93.00 | 92.50 | -0.50 | 7000 | 14000 | 2.00 |' <<< "$out" || fail "gpu_table.py precision row: $out"
+grep -qF 'bf16 - fp32, mean over 2 seed(s): -0.45 points (target: within 0.3): MISS; largest single-seed difference 0.50 points' <<< "$out" ||
+  fail "gpu_table.py precision: $out"
+grep -qF 'warning: nonpipelined (seed 2) asked for bf16 but its config.json records fp32' <<< "$out" ||
+  fail "gpu_table.py: a run whose config.json records another precision: $out"
+if python3 "$bench/gpu_table.py" tta "$tmp/speed.jsonl" > /dev/null 2>&1; then fail "gpu_table.py tta accepted speed rows"; fi
+
+# The GPU checks' PyTorch peers and scripts/gpu-check.sh's modes, on the CPU (their dry run),
+# with /usr/bin/python3's PyTorch (1.13: no torch.compile) on tiny IDX data whose label shows.
+if /usr/bin/python3 -c "import torch" 2> /dev/null; then
+  mkdir -p "$tmp/bin" "$tmp/idx"
+  ln -s /usr/bin/python3 "$tmp/bin/python3"
+  /usr/bin/python3 - "$tmp/idx" <<'PY'
+import random, struct, sys
+random.seed(1)
+for prefix, n in (("train", 512), ("t10k", 200)):
+    labels = [random.randrange(10) for _ in range(n)]
+    pixels = bytearray()
+    for label in labels:  # a bright row whose place is the label, on noise
+        pixels += bytes(200 if r == 2 * label + 4 else random.randrange(60) for r in range(28) for _ in range(28))
+    open(f"{sys.argv[1]}/{prefix}-images-idx3-ubyte", "wb").write(struct.pack(">IIII", 2051, n, 28, 28) + pixels)
+    open(f"{sys.argv[1]}/{prefix}-labels-idx1-ubyte", "wb").write(struct.pack(">II", 2049, n) + bytes(labels))
+PY
+  out=$(/usr/bin/python3 "$bench/gpu_peer.py" --device cpu --model lenet5 --batch-size 16 --warmup-steps 2 --seconds 0.2 \
+          --precision bf16 --json "$tmp/peer.jsonl")
+  grep -Eq '^pytorch eager lenet5 b16 channels-last bf16: [0-9]+ img/s \(cuDNN TF32 True, matmul TF32 True\)$' <<< "$out" ||
+    fail "gpu_peer.py: $out"
+  /usr/bin/python3 -c 'import json,sys; j=json.loads(open(sys.argv[1]).read()); assert j["precision"] == "bf16" and j["compile"] is False' \
+    "$tmp/peer.jsonl" || fail "gpu_peer.py --json: $(cat "$tmp/peer.jsonl")"
+  if /usr/bin/python3 -c "import torch, sys; sys.exit(not hasattr(torch, 'compile'))"; then
+    echo "gpu_peer.py --compile without torch.compile: skipped (this PyTorch has it)"
+  elif out=$(/usr/bin/python3 "$bench/gpu_peer.py" --device cpu --model lenet5 --compile 2>&1); then
+    fail "gpu_peer.py --compile succeeded without torch.compile"
+  else
+    grep -qx 'gpu_peer.py: error: --compile needs torch.compile (PyTorch 2.0 or later); this is PyTorch .*' <<< "$out" ||
+      fail "gpu_peer.py --compile on PyTorch 1: $out"
+  fi
+  out=$(printf -- '--model lenet5 --batch-size 8 --warmup-steps 1 --seconds 0.1 --config a\n--model nosuch\n--precision tf32\n' |
+        /usr/bin/python3 "$bench/gpu_peer.py" --serve --device cpu 2> /dev/null)
+  [ "$(wc -l <<< "$out")" = 3 ] && grep -q '"config": "a"' <<< "$(sed -n 1p <<< "$out")" &&
+    grep -q '^{"error"' <<< "$(sed -n 2p <<< "$out")" && grep -q '^{"error": "a request keeps' <<< "$(sed -n 3p <<< "$out")" ||
+    fail "gpu_peer.py --serve: one answer a request, bad ones errors: $out"
+  # The time-to-accuracy peer: 2 epochs of 16 mini-batches, evaluated every 6 steps and at epoch ends.
+  /usr/bin/python3 "$bench/gpu_tta_peer.py" --device cpu --data "$tmp/idx" --model lenet5 --epochs 2 --batch-size 32 \
+    --lr 0.05 --eval-every 6 --targets 20,101 --json "$tmp/tta-peer.jsonl" > /dev/null
+  /usr/bin/python3 - "$tmp/tta-peer.jsonl" "$tmp/idx/train-images-idx3-ubyte" <<'PY' || fail "gpu_tta_peer.py: $(cat "$tmp/tta-peer.jsonl")"
+import json, sys
+j = json.loads(open(sys.argv[1]).read())
+assert [e["step"] for e in j["evaluations"]] == [6, 12, 16, 18, 24, 30, 32], j["evaluations"]
+assert j["time_to_target"][0]["reached"] and not j["time_to_target"][1]["reached"], j["time_to_target"]
+pixels = open(sys.argv[2], "rb").read()[16:]
+mean = sum(pixels) / 255 / len(pixels)
+assert abs(j["normalization"][0] - mean) < 1e-9, (j["normalization"], mean)
+PY
+  /usr/bin/python3 - "$bench" <<'PY' || fail "gpu_tta_peer.py: the lr schedule differs from stalepipe's"
+import sys, types
+sys.path.insert(0, sys.argv[1])
+import gpu_tta_peer
+args = types.SimpleNamespace(lr=0.1, warmup_epochs=1.0)
+lr = [gpu_tta_peer.lr_at(s, args, 468, 1872) for s in (0, 467, 468, 1170, 1871)]
+expected = [0.1 / 468, 0.1, 0.1, 0.05, 0.5 * 0.1 * (1 + __import__("math").cos(__import__("math").pi * 1403 / 1404))]
+assert all(abs(a - b) < 1e-12 for a, b in zip(lr, expected)), lr
+PY
+  # scripts/gpu-check.sh's measuring modes, dry: this build, the CPU, the tiny data, LeNet-5.
+  if grep -q -- '--precision' <<< "$("$sp" train --help)"; then
+    recipe="--model lenet5 --epochs 1 --batch-size 32 --lr 0.05 --warmup-epochs 1 --eval-every 8 --targets 20 --layout channels-last"
+    gpu() { PATH="$tmp/bin:$PATH" SP=$sp DEVICE=cpu DATA_DIR=$tmp/idx TTA_RECIPE=$recipe PEER_SECONDS=0.2 \
+              TTA_CONFIGS="np|--devices cuda:0" SPEED_OURS="l5-1p|l5|--model lenet5 --epochs 2 --batch-size 32 --devices cuda:0" \
+              SPEED_PEERS="l5|--model lenet5 --batch-size 32 --warmup-steps 1" "$bench/../scripts/gpu-check.sh" "$@"; }
+    gpu tta "$tmp/deps" "$tmp/tta" 600 fp32 1 > "$tmp/gpu.log" 2>&1 || fail "gpu-check.sh tta: $(tail -n 20 "$tmp/gpu.log")"
+    grep -Eq '^\| 1 \| np \| fp32 \| [0-9]+ \| [0-9.]+ \| ' "$tmp/tta/tta.md" && grep -q '^| 1 | pytorch-eager | fp32 |' "$tmp/tta/tta.md" ||
+      fail "gpu-check.sh tta: $(cat "$tmp/tta/tta.md")"
+    gpu precision "$tmp/deps" "$tmp/precision" 600 1 > "$tmp/gpu.log" 2>&1 || fail "gpu-check.sh precision: $(tail -n 20 "$tmp/gpu.log")"
+    grep -Eq '^\| 1 \| [0-9.]+ \| [0-9.]+ \| [-+][0-9.]+ \| ' "$tmp/precision/precision.md" && ! grep -q warning "$tmp/precision/precision.md" ||
+      fail "gpu-check.sh precision: $(cat "$tmp/precision/precision.md")"
+    gpu speed "$tmp/deps" "$tmp/speed" 1 bf16 > "$tmp/gpu.log" 2>&1 || fail "gpu-check.sh speed: $(tail -n 20 "$tmp/gpu.log")"
+    grep -Eq '^\| l5-1p \| bf16 \| [0-9]+ \| [0-9]+ \(channels-last\) \| [0-9.]+ \| - \| - \| 1 \|$' "$tmp/speed/speed.md" ||
+      fail "gpu-check.sh speed: $(cat "$tmp/speed/speed.md")"
+  else
+    echo "gpu-check.sh dry runs: skipped (this stalepipe has no --precision)"
+  fi
+else
+  echo "GPU peers: skipped (no PyTorch for /usr/bin/python3)"
+fi
 echo "bench scripts ok"
