@@ -39,7 +39,9 @@ partition::Profile profile_preserving_state(models::Model& model, const Options&
   auto generator = at::detail::getDefaultCPUGenerator();
   const auto rng = generator.get_state();
   // With gradients: the profile times whole training steps, backward included.
-  auto profile = partition::profile_model(model, profile_settings(options, partitions));
+  const partition::ProfileOptions settings = profile_settings(options, partitions);
+  exec::AutocastScope autocast(options.pipeline().precision(), settings.device);  // bf16 changes the costs
+  auto profile = partition::profile_model(model, settings);
   generator.set_state(rng);
   torch::NoGradGuard no_grad;  // the restore must not enter any graph
   for (auto& [live, copy] : saved) live.copy_(copy);

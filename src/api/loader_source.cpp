@@ -4,18 +4,50 @@
 
 namespace stalepipe {
 
+LoaderSource::LoaderSource(const data::Loader& loader, torch::Device device, int ahead)
+    : loader_(loader), device_(device), ahead_(static_cast<size_t>(ahead)) {
+  SP_CHECK_ARG(ahead >= 0, "LoaderSource: ahead must be >= 0, got ", ahead);
+  if (device.is_cuda()) copies_ = exec::make_stream(device);
+}
+
 void LoaderSource::start_epoch(int64_t epoch, int64_t first) {
+  read_.clear();
   prefetch_.reset();
   prefetch_.emplace(loader_, epoch, first, loader_.batches_per_epoch());
   next_index_ = first;
 }
 
-exec::Input LoaderSource::next() {
-  auto batch = prefetch_->next();
+LoaderSource::Ahead LoaderSource::fetch() {
+  std::optional<data::Batch> batch;
+  try {
+    batch = prefetch_->next();
+  } catch (...) {
+    return {{}, std::current_exception()};
+  }
   if (!batch) return {};
   SP_CHECK(batch->index == next_index_, "data loader out of step at batch ", next_index_);
   ++next_index_;
-  return {batch->x, batch->y, batch->samples};
+  exec::Input in{batch->x, batch->y, batch->samples, nullptr};
+  if (copies_) {
+    const auto on_stream = copies_->enter();
+    // Asynchronous from page-locked memory; the caching host allocator keeps the host block
+    // until the copy is done.
+    in.x = in.x.to(device_, /*non_blocking=*/true);
+    in.target = in.target.to(device_, /*non_blocking=*/true);
+    in.ready = copies_->record();
+  }
+  return {std::move(in), nullptr};
+}
+
+exec::Input LoaderSource::next() {
+  // Up to `ahead` batches beyond the one returned, never past the epoch's end or an error.
+  while (read_.size() <= ahead_ && (read_.empty() || (read_.back().input.x.defined() && !read_.back().error))) {
+    read_.push_back(fetch());
+  }
+  Ahead front = std::move(read_.front());
+  read_.pop_front();
+  if (front.error) std::rethrow_exception(front.error);
+  return std::move(front.input);
 }
 
 }  // namespace stalepipe

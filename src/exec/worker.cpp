@@ -122,6 +122,10 @@ Message WorkerLoop::next_input(int64_t step, int micro) {
       in.stop = true;
       return in;
     }
+    DeviceStream& stream = stage_.stream();  // a batch copied ahead on another stream
+    stream.wait(batch.ready.get());
+    stream.hold(batch.x);
+    stream.hold(batch.target);
     batch_samples_ = batch.batch_samples > 0 ? batch.batch_samples : batch.x.size(0);
     const int M = schedule_.micro_batches;
     SP_CHECK(batch.x.size(0) >= M, "mini-batch ", step, " has ", batch.x.size(0),

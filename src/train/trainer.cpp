@@ -235,7 +235,12 @@ TrainResult run_training(Run& run, bool resumed, const TrainHooks& hooks) {
   };
   const int64_t epochs = planned_epochs(run);
   if (!o.run().trace().empty()) fit.on_op = trace.callback();
-  LoaderSource train(*run.data.train_loader), test(*run.data.test_loader);
+  // Batches copied ahead to a GPU first partition; replicas in one process split the batch on
+  // the host.
+  const auto& devices = o.pipeline().devices();
+  const bool copy_ahead = !devices.empty() && devices[0].is_cuda() && o.pipeline().replicas() == 1;
+  LoaderSource train(*run.data.train_loader, copy_ahead ? devices[0] : torch::Device(torch::kCPU));
+  LoaderSource test(*run.data.test_loader);
   fit.on_epoch = [&](const EpochSummary& m) {
     result.epochs.push_back(m);
     if (!out.empty() && leader) append_metrics(out, m);

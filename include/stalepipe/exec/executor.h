@@ -31,6 +31,9 @@ struct Input {
   // The samples of the whole mini-batch when x is one replica's slice of it (the loss of each
   // slice counts by its share of them); 0: x is the whole mini-batch.
   int64_t batch_samples = 0;
+  // x and target are in place on their device once this event has happened (a copy queued
+  // ahead on another stream, LoaderSource); null: now.
+  std::shared_ptr<const StreamEvent> ready;
 };
 
 // Everything a segment run needs besides the stages.
