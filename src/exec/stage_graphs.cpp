@@ -42,6 +42,27 @@ void write(const torch::Tensor& into, const torch::Tensor& value) {
 
 }  // namespace
 
+void Stage::Graphs::Slot::take(const Pending& p, const torch::Tensor& y) {
+  if (!pending.input.defined()) {
+    pending.input = static_leaf(p.input);
+    for (const torch::Tensor& skip : p.skip_inputs) pending.skip_inputs.push_back(static_leaf(skip));
+    if (y.defined()) target = y.clone();
+    return;
+  }
+  write(pending.input, p.input);
+  for (size_t i = 0; i < p.skip_inputs.size(); ++i) write(pending.skip_inputs[i], p.skip_inputs[i]);
+  if (y.defined()) write(target, y);
+}
+
+void Stage::Graphs::arm(const std::vector<torch::Tensor>& params) {
+  if (armed) return;
+  for (size_t i = 0; i < params.size(); ++i) {
+    const bool had = i < had_gradient.size() && had_gradient[i];
+    if (had && !params[i].grad().defined()) params[i].mutable_grad() = torch::zeros_like(params[i]);
+  }
+  armed = true;
+}
+
 Stage::~Stage() = default;
 
 void Stage::use_graphs(const GraphSettings& settings) {
@@ -106,26 +127,11 @@ bool Stage::graphed_forward(int64_t step, int micro, Pending& p, const torch::Te
     }
     return false;
   }
-  if (!g.armed) {  // the parameters' gradients stay from now on
-    const auto& params = optimizer_->params();
-    for (size_t i = 0; i < params.size(); ++i) {
-      const bool had = i < g.had_gradient.size() && g.had_gradient[i];
-      if (had && !params[i].grad().defined()) params[i].mutable_grad() = torch::zeros_like(params[i]);
-    }
-    g.armed = true;
-  }
+  g.arm(optimizer_->params());
   const int index = g.free_slot(in_flight_);
   Graphs::Slot& slot = *g.slots[index];
   const auto on_stream = stream_->enter();
-  if (!slot.pending.input.defined()) {
-    slot.pending.input = static_leaf(p.input);
-    for (const torch::Tensor& skip : p.skip_inputs) slot.pending.skip_inputs.push_back(static_leaf(skip));
-    if (y.defined()) slot.target = y.clone();
-  } else {
-    write(slot.pending.input, p.input);
-    for (size_t i = 0; i < p.skip_inputs.size(); ++i) write(slot.pending.skip_inputs[i], p.skip_inputs[i]);
-    if (y.defined()) write(slot.target, y);
-  }
+  slot.take(p, y);
   slot.step = step;
   slot.micro = micro;
   slot.loss_scale = loss_scale;

@@ -24,6 +24,8 @@ struct Stage::Graphs {
     int micro = 0;
     double loss_scale = 1.0;
     std::unique_ptr<detail::StepGraph> forward, backward;
+    // The forward's inputs (and target) into the statics; the first time, makes them.
+    void take(const Pending& p, const torch::Tensor& y);
   };
 
   GraphSettings settings;
@@ -39,6 +41,9 @@ struct Stage::Graphs {
   // unique_ptr: the graphs' bodies refer to their slot, which must not move.
   std::vector<std::unique_ptr<Slot>> slots;
   std::unique_ptr<detail::StepGraph> update;
+
+  // Before the first capture: every parameter that had a gradient gets one that stays.
+  void arm(const std::vector<torch::Tensor>& params);
 
   std::unique_ptr<detail::StepGraph> make(int partition) const {
     if (settings.mode == GraphMode::kCuda) {
