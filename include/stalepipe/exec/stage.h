@@ -227,7 +227,8 @@ class Stage {
   // forward(), forward_loss(): the delay and the weights this forward of `step` should see
   // (filling p.weights and, with recomputation, p.head_weights), then the computation.
   PendingLoss forward_pass(int64_t step, int micro, Pending& p, const torch::Tensor& y, double loss_scale);
-  // Graphs (stage_graphs.cpp). Each returns false where the pass runs eagerly instead.
+  // Graphs (stage_graphs.cpp). The forward and the update return false where the pass runs
+  // eagerly instead; the backward of a graphed forward is graphed.
   bool graphed_forward(int64_t step, int micro, Pending& p, const torch::Tensor& y, double loss_scale,
                        PendingLoss& loss);
   StageTensors graphed_backward(Pending& p, const std::vector<torch::Tensor>& grads);
@@ -257,7 +258,7 @@ class Stage {
   std::vector<bool> writes_input_;  // per unit: models::writes_its_input
   std::vector<torch::Tensor> recompute_params_;   // the recomputed units' parameters
   std::vector<torch::Tensor> recompute_buffers_;  // and buffers
-  struct Graphs;                  // stage_graphs.cpp
+  struct Graphs;                  // src/exec/stage_graphs_impl.h
   std::unique_ptr<Graphs> graphs_;  // null: eager
 };
 
