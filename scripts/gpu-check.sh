@@ -372,13 +372,37 @@ precision() {
   all_ran
 }
 
+#   scripts/gpu-check.sh graphs DEPS OUT    # there
+# --cuda-graphs on a GPU: the graphed-against-eager tests with real CUDA graphs on cuda:0, then
+# ResNet-56 b128 on 1 and 2 partitions of cuda:0 without and with graphs (OUT/speed.jsonl).
+# About 90 s of build and 4-5 minutes of runs.
+graphs() {
+  DEPS=$(realpath "$1"); OUT=$2
+  mkdir -p "$OUT"
+  export CPATH="$DEPS/prefix/include"
+  if [ ! -d /usr/share/datasets/fashion-mnist ]; then
+    mkdir -p /usr/share/datasets && cp -r "$DEPS/fashion-mnist" /usr/share/datasets/
+  fi
+  { nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; nproc
+    python3 -c 'import torch; print("torch", torch.__version__, torch.version.cuda)'; } > "$OUT/machine.txt" 2>&1
+  cat "$OUT/machine.txt"
+  step gtest gtest_prefix && step configure configure &&
+    step build cmake --build build-gpu -j"$(nproc)" --target stalepipe test_exec || return 1
+  STALEPIPE_TEST_DEVICE=cuda:0 step graphs-test timeout 180 build-gpu/tests/test_exec --gtest_filter='Graphs.*'
+  local r56=(--model resnet56 --layout channels-last --epochs 2 --train-subset 25600 --batch-size 128)
+  ours resnet56-b128-1p "${r56[@]}" --devices cuda:0
+  ours resnet56-b128-1p-graphs "${r56[@]}" --devices cuda:0 --cuda-graphs
+  ours resnet56-b128-2p "${r56[@]}" --pipeline 25 --devices cuda:0,cuda:0
+  ours resnet56-b128-2p-graphs "${r56[@]}" --pipeline 25 --devices cuda:0,cuda:0 --cuda-graphs
+}
+
 case "${1:-}" in
   pack) pack "$2" ;;
   run) shift; run "$@" ;;
-  speed|tta|precision)
+  speed|tta|precision|graphs)
     if (($# < 4)); then echo "usage: $0 $1 DEPS OUT ... (see the comment at the top)" >&2; exit 2; fi
     mode=$1; shift
     "$mode" "$@" ;;
   *) echo "usage: $0 pack DEPS | run DEPS OUT SECONDS [EXPERIMENT.json...] | speed DEPS OUT ROUNDS [PRECISION]" \
-       "| tta DEPS OUT SECONDS PRECISION [SEED...] | precision DEPS OUT SECONDS [SEED...]" >&2; exit 2 ;;
+       "| tta DEPS OUT SECONDS PRECISION [SEED...] | precision DEPS OUT SECONDS [SEED...] | graphs DEPS OUT" >&2; exit 2 ;;
 esac

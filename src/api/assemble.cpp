@@ -109,10 +109,17 @@ uint64_t replica_seed(uint64_t seed, int replica) {
 std::unique_ptr<exec::Pipeline> build_stages(models::Model& model, const Assembly& a, const Options& options,
                                              int64_t steps_per_epoch, int replica) {
   const OptimizerOptions& o = options.optimizer();
-  return std::make_unique<exec::Pipeline>(model, a.plan, a.devices, sgd_options(o, steps_per_epoch),
-                                          exec::Objective{o.loss(), o.metric()},
-                                          replica_seed(options.run().seed(), replica), memory_format(options),
-                                          options.pipeline().precision());
+  auto pipeline = std::make_unique<exec::Pipeline>(model, a.plan, a.devices, sgd_options(o, steps_per_epoch),
+                                                   exec::Objective{o.loss(), o.metric()},
+                                                   replica_seed(options.run().seed(), replica), memory_format(options),
+                                                   options.pipeline().precision());
+  if (options.pipeline().cuda_graphs()) {
+    exec::GraphSettings graphs;
+    graphs.mode = exec::GraphMode::kCuda;
+    graphs.option = field_name(Field::cuda_graphs);
+    for (auto* stage : pipeline->stages()) stage->use_graphs(graphs);
+  }
+  return pipeline;
 }
 
 Assembly assemble(models::Model& model, const Options& options, int64_t steps_per_epoch,

@@ -1,6 +1,7 @@
 // The training loop: epochs of segments (fill, steady state, drain), evaluation, hooks.
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <limits>
 #include <sstream>
 
@@ -72,6 +73,16 @@ PipelineTrainer::Segment PipelineTrainer::run_fit_segment(BatchSource& source, i
     result = run_segment(first, end, context);
   } catch (const DivergedError&) {
     throw DivergedError(divergence_message(next_loss, "training loss is not finite"));
+  }
+  // The partitions' notes (a pass that ran without CUDA graphs), once each.
+  for (auto* stage : all_stages_) {
+    for (const std::string& note : stage->take_notes()) {
+      if (hooks.on_warning) {
+        hooks.on_warning(note);
+      } else {
+        std::fprintf(stderr, "%s\n", note.c_str());
+      }
+    }
   }
   const double suspended = 1e-9 * static_cast<double>(suspended_ns(hooks) - suspended_before);
   const double seconds = std::max(0.0, seconds_since(start) - suspended);

@@ -27,7 +27,7 @@ LoaderSource::Ahead LoaderSource::fetch() {
   if (!batch) return {};
   SP_CHECK(batch->index == next_index_, "data loader out of step at batch ", next_index_);
   ++next_index_;
-  exec::Input in{batch->x, batch->y, batch->samples, nullptr};
+  exec::Input in{batch->x, batch->y, batch->samples};
   if (copies_) {
     const auto on_stream = copies_->enter();
     // Asynchronous from page-locked memory; the caching host allocator keeps the host block

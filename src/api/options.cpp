@@ -108,6 +108,26 @@ void check_pipeline(const PipelineOptions& o, int64_t batch_size) {
   for (const auto& d : o.devices()) check_device(d, field_name(Field::devices));
 }
 
+// CUDA graphs, refused before any training where they cannot work (exec::Stage::use_graphs
+// checks the same of each partition it is given).
+void check_graphs(const Options& options) {
+  const PipelineOptions& o = options.pipeline();
+  if (!o.cuda_graphs()) return;
+  const std::string& name = field_name(Field::cuda_graphs);
+  SP_CHECK_ARG(o.recompute() == 0, name, " and ", field_name(Field::recompute),
+               " do not combine: a replayed backward does not recompute");
+  SP_CHECK_ARG(options.run().dropout() == 0, name, " and ", field_name(Field::dropout), " ", options.run().dropout(),
+               " do not combine: dropout masks are drawn on the host, and a replay would repeat them");
+  SP_CHECK_ARG(o.replicas() == 1, name, " and ", field_name(Field::replicas), " ", o.replicas(),
+               " do not combine: the replicas' gradient sum replaces the gradients a graph accumulates into");
+  SP_CHECK_ARG(!o.devices().empty(), name, ": partition 1 runs on cpu (", field_name(Field::devices),
+               " is not set); CUDA graphs need CUDA devices");
+  for (size_t k = 0; k < o.devices().size(); ++k) {
+    SP_CHECK_ARG(o.devices()[k].is_cuda(), name, ": partition ", k + 1, " runs on ", o.devices()[k].str(),
+                 "; CUDA graphs need CUDA devices");
+  }
+}
+
 }  // namespace
 
 void check_options(const Options& options) {
@@ -115,6 +135,7 @@ void check_options(const Options& options) {
   check_run(options.run());
   check_optimizer(options.optimizer());
   check_pipeline(options.pipeline(), options.data().batch_size());
+  check_graphs(options);
 }
 
 std::string to_string(ProgressMode mode) { return name_of(kProgressNames, mode); }

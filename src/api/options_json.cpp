@@ -13,10 +13,11 @@ namespace {
 
 using nlohmann::json;
 
-// What does not change the trained weights.
+// What does not change the trained weights (devices and cuda_graphs: only in the last bits, as
+// kernels round; a run resumed with or without graphs goes on as the same run).
 const char* const kNotHashed[] = {"out", "progress", "executor", "threads", "devices", "trace",
                                   "stop_at_step", "profile_batch", "targets", "recompute", "data_threads",
-                                  "cache_images"};
+                                  "cache_images", "cuda_graphs"};
 // The fields of 0.1, hashed always. Any later field is left out of the hash while at its
 // default, so that older runs keep their hash (a new field needs no entry here).
 const char* const kHashedAlways[] = {"data", "train_subset", "test_subset", "augment", "drop_last", "batch_size",

@@ -55,6 +55,7 @@ torch::serialize::OutputArchive stage_archive(Stage& stage) {
 }
 
 void load_stage(torch::serialize::InputArchive& archive, Stage& stage) {
+  stage.drop_graphs();  // the load may put weights and momentum buffers elsewhere
   stage.module()->load(archive);
   stage.optimizer().load(archive);
 }

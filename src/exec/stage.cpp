@@ -10,6 +10,7 @@
 #include "stalepipe/models/in_place.h"
 #include "stalepipe/models/memory_format.h"
 #include "stalepipe/models/scale_invariance.h"
+#include "stage_graphs_impl.h"
 
 namespace stalepipe::exec {
 
@@ -124,7 +125,7 @@ void Stage::clear_in_flight() {
   delay_.clear();
   // A backward whose update never ran left its gradient: the next update (after a load())
   // would add it in.
-  optimizer_->zero_grad();
+  clear_gradients();
 }
 
 torch::Tensor Stage::run_units(size_t first, size_t last, torch::Tensor x, models::SkipTable& table) {
@@ -144,7 +145,7 @@ models::SkipTable Stage::input_table(const std::vector<torch::Tensor>& skips) co
   return table;
 }
 
-torch::Tensor Stage::forward_with_weights(int64_t step, int micro, Pending& p) {
+PendingLoss Stage::forward_pass(int64_t step, int micro, Pending& p, const torch::Tensor& y, double loss_scale) {
   SP_CHECK(!in_flight_.count({step, micro}), "partition ", index_ + 1, ", mini-batch ", step,
            ": forward twice without backward");
   const int delay = static_cast<int>(step - 1 - last_update_step_);
@@ -162,6 +163,12 @@ torch::Tensor Stage::forward_with_weights(int64_t step, int micro, Pending& p) {
   }
   // Recomputation needs them too, where stashing does not keep them already.
   if (recompute_units_ > 0 && !stash_weights_ && restore) p.head_weights = shared_copy(recompute_params_);
+  PendingLoss loss;
+  if (!graphed_forward(step, micro, p, y, loss_scale, loss)) compute_forward(step, micro, p, y, loss_scale, loss);
+  return loss;
+}
+
+torch::Tensor Stage::forward_units(int64_t step, int micro, Pending& p) {
   models::RandomScope random(forward_seed(seed_, index_, step, micro));
   AutocastScope autocast(precision_, device_);
   models::SkipTable table = input_table(p.skip_inputs);
@@ -181,8 +188,29 @@ torch::Tensor Stage::forward_with_weights(int64_t step, int micro, Pending& p) {
     }
   }
   x = run_units(recompute_units_, module_->size(), x, table);
+  p.skip_outputs.clear();  // a graph's test double runs this again on the same slot
   for (const std::string& name : skip_outputs_) p.skip_outputs.push_back(table.at(name));
   return x;
+}
+
+void Stage::compute_forward(int64_t step, int micro, Pending& p, const torch::Tensor& y, double loss_scale,
+                            PendingLoss& loss) {
+  torch::Tensor x = forward_units(step, micro, p);
+  if (!is_last()) {
+    p.output = x;
+    return;
+  }
+  x = to_full_precision(x);  // the loss and the metric in fp32 (bf16: after autocast's scope)
+  const torch::Tensor value = objective_.loss(x, y);
+  SP_CHECK(value.numel() == 1, "the loss (", objective_.loss.name(), ") gave ", value.sizes(),
+           " for output ", x.sizes(), " and target ", y.sizes(), "; a loss must be a scalar");
+  p.output = loss_scale == 1.0 ? value : value * loss_scale;
+  loss.loss = value.detach();
+  if (objective_.metric) {
+    torch::NoGradGuard no_grad;
+    loss.score = objective_.metric(x.detach(), y);
+  }
+  loss.samples = y.size(0);
 }
 
 void Stage::take_inputs(const StageTensors& input, Pending& p) const {
@@ -198,9 +226,11 @@ StageTensors Stage::forward(int64_t step, const StageTensors& input, int micro) 
   SP_CHECK(!is_last(), "partition ", index_ + 1, ": forward() called on the last partition");
   Pending p;
   take_inputs(input, p);
-  p.output = forward_with_weights(step, micro, p);
-  StageTensors out{p.output.detach(), {}};
-  for (const torch::Tensor& skip : p.skip_outputs) out.skips.push_back(skip.detach());
+  forward_pass(step, micro, p, {}, 1.0);
+  // A slot's outputs are written again by its next replay: what leaves it is a copy.
+  const auto leaving = [&](const torch::Tensor& t) { return p.slot >= 0 ? t.detach().clone() : t.detach(); };
+  StageTensors out{leaving(p.output), {}};
+  for (const torch::Tensor& skip : p.skip_outputs) out.skips.push_back(leaving(skip));
   in_flight_.emplace(Key{step, micro}, std::move(p));
   return out;
 }
@@ -214,19 +244,7 @@ PendingLoss Stage::forward_loss(int64_t step, const StageTensors& input,
   SP_CHECK(is_last(), "partition ", index_ + 1, ": forward_loss() on a non-last partition");
   Pending p;
   take_inputs(input, p);
-  const torch::Tensor output = to_full_precision(forward_with_weights(step, micro, p));
-  const torch::Tensor y = to_device(target);
-  const torch::Tensor loss = objective_.loss(output, y);
-  SP_CHECK(loss.numel() == 1, "the loss (", objective_.loss.name(), ") gave ", loss.sizes(),
-           " for output ", output.sizes(), " and target ", y.sizes(), "; a loss must be a scalar");
-  p.output = loss_scale == 1.0 ? loss : loss * loss_scale;
-  PendingLoss result;
-  result.loss = loss.detach();
-  if (objective_.metric) {
-    torch::NoGradGuard no_grad;
-    result.score = objective_.metric(output.detach(), y);
-  }
-  result.samples = y.size(0);
+  PendingLoss result = forward_pass(step, micro, p, to_device(target), loss_scale);
   in_flight_.emplace(Key{step, micro}, std::move(p));
   return result;
 }
@@ -252,10 +270,10 @@ torch::Tensor grad_of(const torch::Tensor& leaf) {
   return g.defined() ? g : torch::zeros_like(leaf);
 }
 
-// Autograd from each root that needs a gradient and, where `grads` holds one per root, is given
-// one (empty `grads`: scalar roots, gradient 1). A root may be a leaf (a recomputed unit's
-// output or stash, an input stashed unchanged): backward fills its grad. One that needs no
-// gradient (data the first stage stashed) has no graph to run.
+}  // namespace
+
+namespace detail {
+
 void backward_from(const std::vector<torch::Tensor>& roots, const std::vector<torch::Tensor>& grads) {
   std::vector<torch::Tensor> used_roots, used_grads;
   for (size_t i = 0; i < roots.size(); ++i) {
@@ -266,7 +284,7 @@ void backward_from(const std::vector<torch::Tensor>& roots, const std::vector<to
   if (!used_roots.empty()) torch::autograd::backward(used_roots, used_grads);
 }
 
-}  // namespace
+}  // namespace detail
 
 StageTensors Stage::backward(int64_t step, const StageTensors& grad_output, int micro) {
   Pending& p = pending(step, micro, "backward");
@@ -291,11 +309,15 @@ StageTensors Stage::backward(int64_t step, const StageTensors& grad_output, int 
       grads.push_back(grad_output.skips[i].to(device_));
     }
   }
-  backward_from(roots, grads);
-  if (p.head_output.defined()) recompute_backward(step, micro, p);
   StageTensors grad_input;
-  if (!is_first()) grad_input.main = p.input.grad();
-  for (const torch::Tensor& skip : p.skip_inputs) grad_input.skips.push_back(grad_of(skip));
+  if (p.slot >= 0) {
+    grad_input = graphed_backward(p, grads);
+  } else {
+    detail::backward_from(roots, grads);
+    if (p.head_output.defined()) recompute_backward(step, micro, p);
+    if (!is_first()) grad_input.main = p.input.grad();
+    for (const torch::Tensor& skip : p.skip_inputs) grad_input.skips.push_back(grad_of(skip));
+  }
   in_flight_.erase({step, micro});
   return grad_input;
 }
@@ -334,7 +356,7 @@ void Stage::recompute_backward(int64_t step, int micro, Pending& p) {
     for (const std::string& name : stashes) roots.push_back(table.at(name));
   }
   // With the current weights back, as the backward without recomputation would see them.
-  backward_from(roots, grads);
+  detail::backward_from(roots, grads);
 }
 
 void Stage::update(int64_t step, double lr) {
@@ -355,8 +377,11 @@ void Stage::update(int64_t step, double lr) {
     delay = it->second;
     delay_.erase(it);
   }
-  optimizer_->step(optimizer_->effective_lr(lr, delay, step), delay);
-  optimizer_->zero_grad();
+  const double lr_delayed = optimizer_->effective_lr(lr, delay, step);
+  if (!graphed_update(lr_delayed, delay)) {
+    optimizer_->step(lr_delayed, delay);
+    clear_gradients();
+  }
   last_update_step_ = step;
 }
 

@@ -58,44 +58,100 @@ void Sgd::extrapolate(int steps, double lr) {
   }
 }
 
-void Sgd::step(double lr, int delay) {
-  torch::NoGradGuard no_grad;
+std::pair<double, double> Sgd::spike_factors(int delay) const {
   const bool compensate = options_.spike_compensation() && delay > 0 && options_.momentum() != 0;
   const double m = options_.momentum();
   const double a = compensate ? std::pow(m, delay) : 1.0;
   const double b = compensate ? (1 - options_.dampening()) * (1 - a) / (1 - m) : 0.0;
-  for (size_t i = 0; i < params_.size(); ++i) {
-    const torch::Tensor& grad = params_[i].grad();
-    if (!grad.defined()) continue;
-    // data(): same storage, own version counter (see the header).
-    torch::Tensor weight = params_[i].data();
-    torch::Tensor d_p = grad.data();
-    if (options_.weight_decay() != 0) {
-      d_p = d_p.add(weight, options_.weight_decay());
-    }
-    if (options_.momentum() != 0) {
-      torch::Tensor& buf = momentum_buffers_[i];
-      if (!buf.defined()) {
-        buf = torch::clone(d_p).detach();
-      } else {
-        buf.mul_(options_.momentum()).add_(d_p, 1 - options_.dampening());
-      }
-      if (compensate) {
-        d_p = buf.mul(a).add_(d_p, b);
-      } else {
-        d_p = options_.nesterov() ? d_p.add(buf, options_.momentum()) : buf;
-      }
-    }
-    weight.add_(d_p, -lr);
-    if (options_.fixed_weight_norm() && initial_norms_[i].defined()) {
-      weight.mul_(initial_norms_[i] / weight.norm());  // on the device: no sync with the host
-    }
+  return {a, b};
+}
+
+template <typename Combine, typename Descend>
+void Sgd::update_parameter(size_t i, const Combine& combine, const Descend& descend) {
+  const torch::Tensor& grad = params_[i].grad();
+  if (!grad.defined()) return;
+  // data(): same storage, own version counter (see the header).
+  torch::Tensor weight = params_[i].data();
+  torch::Tensor d_p = grad.data();
+  if (options_.weight_decay() != 0) {
+    d_p = d_p.add(weight, options_.weight_decay());
   }
+  if (options_.momentum() != 0) {
+    torch::Tensor& buf = momentum_buffers_[i];
+    if (!buf.defined()) {
+      buf = torch::clone(d_p).detach();
+    } else {
+      buf.mul_(options_.momentum()).add_(d_p, 1 - options_.dampening());
+    }
+    d_p = combine(buf, d_p);
+  }
+  descend(weight, d_p);
+  if (options_.fixed_weight_norm() && initial_norms_[i].defined()) {
+    weight.mul_(initial_norms_[i] / weight.norm());  // on the device: no sync with the host
+  }
+}
+
+void Sgd::step(double lr, int delay) {
+  torch::NoGradGuard no_grad;
+  const bool compensate = options_.spike_compensation() && delay > 0 && options_.momentum() != 0;
+  const auto [a, b] = spike_factors(delay);
+  const auto combine = [&](const torch::Tensor& buf, const torch::Tensor& d_p) -> torch::Tensor {
+    if (compensate) return buf.mul(a).add_(d_p, b);
+    return options_.nesterov() ? d_p.add(buf, options_.momentum()) : buf;
+  };
+  const auto descend = [&](torch::Tensor& weight, const torch::Tensor& d_p) { weight.add_(d_p, -lr); };
+  for (size_t i = 0; i < params_.size(); ++i) update_parameter(i, combine, descend);
+}
+
+void Sgd::set_step_values(double lr, int delay) {
+  if (params_.empty()) return;
+  torch::NoGradGuard no_grad;
+  if (!neg_lr_.defined()) {
+    const auto on = params_.front().options();
+    neg_lr_ = torch::zeros({}, on);
+    spike_a_ = torch::zeros({}, on);
+    spike_b_ = torch::zeros({}, on);
+  }
+  const auto [a, b] = spike_factors(delay);
+  // Queued on the current stream, before the replay that reads them.
+  neg_lr_.fill_(-lr);
+  spike_a_.fill_(a);
+  spike_b_.fill_(b);
+}
+
+bool Sgd::ready_on_device() const {
+  if (options_.momentum() == 0) return true;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (params_[i].grad().defined() && !momentum_buffers_[i].defined()) return false;
+  }
+  return true;
+}
+
+void Sgd::step_on_device() {
+  if (params_.empty()) return;
+  SP_CHECK(neg_lr_.defined() && ready_on_device(), "sgd: step_on_device() needs set_step_values() and the momentum "
+           "buffers of one step() first");
+  torch::NoGradGuard no_grad;
+  const bool compensate = options_.spike_compensation() && options_.momentum() != 0;
+  const auto combine = [&](const torch::Tensor& buf, const torch::Tensor& d_p) -> torch::Tensor {
+    // addcmul_(x, t): x * t added with one rounding, as add_(x, alpha) adds alpha * x.
+    if (compensate) return buf.mul(spike_a_).addcmul_(d_p, spike_b_);
+    return options_.nesterov() ? d_p.add(buf, options_.momentum()) : buf;
+  };
+  const auto descend = [&](torch::Tensor& weight, const torch::Tensor& d_p) { weight.addcmul_(d_p, neg_lr_); };
+  for (size_t i = 0; i < params_.size(); ++i) update_parameter(i, combine, descend);
 }
 
 void Sgd::zero_grad() {
   for (auto& p : params_) {
     p.mutable_grad() = torch::Tensor();
+  }
+}
+
+void Sgd::zero_grad_in_place() {
+  torch::NoGradGuard no_grad;
+  for (auto& p : params_) {
+    if (p.grad().defined()) p.mutable_grad().zero_();
   }
 }
 

@@ -73,6 +73,20 @@ TEST(Cli, DropoutAndLossErrorsNameTheFlag) {
                         "regression targets; use mse");
 }
 
+// Checked before any training; "--cuda-graphs: partition N ..." on this CPU build as on a GPU
+// machine (a CPU partition can never be captured).
+TEST(Cli, CudaGraphsAreRefusedWhereAPartitionCannotBeCaptured) {
+  const auto graphs = with(kSmallRun, {"--cuda-graphs"});
+  expect_one_line_error(run_cli(graphs), 2, "--cuda-graphs: partition 1 runs on cpu (--devices is not set)");
+  expect_one_line_error(run_cli(with(graphs, {"--devices", "cpu,cpu"})), 2,
+                        "--cuda-graphs: partition 1 runs on cpu; CUDA graphs need CUDA devices");
+  expect_one_line_error(run_cli(with(graphs, {"--recompute", "1", "--devices", "cpu,cpu"})), 2,
+                        "--cuda-graphs and --recompute do not combine");
+  expect_one_line_error(run_cli(with(graphs, {"--model", "alexnet", "--dropout", "0.5"})), 2,
+                        "--cuda-graphs and --dropout 0.5 do not combine");
+  expect_one_line_error(run_cli(with(graphs, {"--replicas", "2"})), 2, "--cuda-graphs and --replicas 2 do not combine");
+}
+
 TEST(Cli, LayersStatesTheDropoutDefault) {
   const auto r = run_cli({"layers", "--model", "alexnet"});
   EXPECT_EQ(r.status, 0) << r.err;

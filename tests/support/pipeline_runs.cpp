@@ -1,5 +1,7 @@
 #include "support/pipeline_runs.h"
 
+#include <cmath>
+
 #include <gtest/gtest.h>
 #include <ATen/Parallel.h>
 #include <torch/nn/functional/loss.h>
@@ -60,7 +62,10 @@ void run_segment(const RunSpec& spec, exec::Pipeline& pipeline,
                  int64_t first, int64_t end) {
   exec::SegmentContext context;
   context.input = [&](int64_t t) { return input_at(loader, t); };
-  context.lr = [&](int64_t) { return spec.lr; };
+  context.lr = [&](int64_t t) {
+    if (!spec.cosine_lr) return spec.lr;
+    return spec.lr * 0.5 * (1 + std::cos(M_PI * static_cast<double>(t) / static_cast<double>(spec.steps)));
+  };
   context.threads_per_worker.assign(pipeline.num_stages(), 1);
   const int micro = kind == schedule::ScheduleKind::kGPipe ? spec.micro_batches : 1;
   const auto schedule = schedule::make_schedule(kind, pipeline.num_stages(), first, end, micro);
@@ -69,7 +74,7 @@ void run_segment(const RunSpec& spec, exec::Pipeline& pipeline,
 
 exec::Pipeline make_pipeline(const RunSpec& spec, const models::Model& model) {
   const auto plan = partition::make_plan(model, spec.ppv, spec.recompute);
-  return exec::Pipeline(model, plan, std::vector<torch::Device>(plan.num_partitions(), torch::kCPU),
+  return exec::Pipeline(model, plan, std::vector<torch::Device>(plan.num_partitions(), spec.device),
                         optim::SgdOptions()
                             .momentum(spec.momentum)
                             .weight_decay(kWeightDecay)
@@ -102,6 +107,9 @@ std::vector<torch::Tensor> run_pipeline(const RunSpec& spec) {
   const auto loader = loader_for(spec);
   const auto model = build_model(spec);
   auto pipeline = make_pipeline(spec, model);
+  exec::GraphSettings graphs;
+  graphs.mode = spec.graphs;
+  for (auto* stage : pipeline.stages()) stage->use_graphs(graphs);
   if (spec.switch_step < 0) {
     run_segment(spec, pipeline, loader, spec.kind, spec.executor, 0, spec.steps);
   } else {
@@ -109,6 +117,7 @@ std::vector<torch::Tensor> run_pipeline(const RunSpec& spec) {
     run_segment(spec, pipeline, loader, schedule::ScheduleKind::kSequential, spec.executor,
                 spec.switch_step, spec.steps);
   }
+  if (spec.inspect) spec.inspect(pipeline);
   auto state = pipeline.parameters();
   if (spec.buffers) {
     for (auto* stage : pipeline.stages()) {

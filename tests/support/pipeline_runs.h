@@ -2,6 +2,7 @@
 // given executor, or through the plain non-pipelined reference loop.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -10,6 +11,7 @@
 
 #include "stalepipe/data/loader.h"
 #include "stalepipe/exec/precision.h"
+#include "stalepipe/exec/pipeline.h"
 #include "stalepipe/schedule/schedule.h"
 
 namespace stalepipe::test {
@@ -40,6 +42,12 @@ struct RunSpec {
   bool buffers = false;   // run_pipeline also returns the buffers, after the parameters
   bool channels_last = false;  // weights, activations and registers in NHWC (run_pipeline only)
   exec::Precision precision = exec::Precision::kFp32;  // run_pipeline only
+  bool cosine_lr = false;      // lr (1 + cos(pi t / steps)) / 2 at step t instead of lr throughout
+  // run_pipeline only: where the partitions run, and how (exec::Stage::use_graphs, 2 eager steps).
+  torch::Device device = torch::kCPU;
+  exec::GraphMode graphs = exec::GraphMode::kOff;
+  // run_pipeline only: called with the trained pipeline before its state is read.
+  std::function<void(exec::Pipeline&)> inspect;
 };
 
 // ResNet-20 cut at `ppv`, 8 steps of batch 4 from 24 samples, buffers (batch-norm running

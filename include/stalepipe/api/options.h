@@ -129,6 +129,9 @@ struct TrainingPoint {
 //   activations from forward to backward, which recomputes them (exec/stage.h). The trained
 //   weights are the same bit for bit; a partition with mini-batches in flight keeps less, and
 //   each backward costs one more forward of those units (balance kTime and kFlops count it).
+// cuda_graphs: every partition on a CUDA device captures its forward, backward and update as
+//   CUDA graphs after 2 eager steps and replays them (exec/stage.h, docs/design.md "CUDA
+//   graphs"); the same training up to the rounding of the update (its lr on the device).
 #define SP_PIPELINE_OPTION_FIELDS(X)                                                               \
   X(std::vector<int>, ppv, {}, "pipeline", PpvText,                                                \
     "PPV: weight layers followed by a register, e.g. 2 or 7,13; none = no pipeline")               \
@@ -161,7 +164,9 @@ struct TrainingPoint {
     "fp32 | tf32 (CUDA: convolutions and matmuls on TF32 tensor cores) | bf16 (forwards autocast to bfloat16; fp32 weights and optimizer state)") \
   X(int, recompute, 0, "recompute", Plain,                                                         \
     "recompute activations in backward through weight layer L (a position a register could follow; 0: none): " \
-    "less memory, same weights, one more forward of those layers")
+    "less memory, same weights, one more forward of those layers")                                 \
+  X(bool, cuda_graphs, false, "cuda_graphs", Plain,                                                \
+    "CUDA partitions replay each pass as a CUDA graph after 2 eager steps (no dropout, recompute or replicas; other shapes run eagerly)")
 
 // SGD, its learning rate over time, the staleness mitigations (optim/sgd.h has the formulas;
 // docs/design.md, "Mitigations") and the loss: a name (exec/loss.h) or any function of

@@ -33,7 +33,7 @@ struct Input {
   int64_t batch_samples = 0;
   // x and target are in place on their device once this event has happened (a copy queued
   // ahead on another stream, LoaderSource); null: now.
-  std::shared_ptr<const StreamEvent> ready;
+  std::shared_ptr<const StreamEvent> ready = nullptr;
 };
 
 // Everything a segment run needs besides the stages.

@@ -29,6 +29,13 @@
 // before t that are not yet applied when forward(t) runs (every mini-batch before the
 // segment's first step is applied: segments start with a drained pipeline).
 //
+// CUDA graphs (use_graphs(), docs/design.md "CUDA graphs"): after a few eager steps, each
+// forward, backward and update runs as a replay of a graph captured from its first run. A
+// forward takes a slot (static inputs, its forward and backward graphs; as many slots as
+// forwards in flight), its backward frees it; parameter gradients accumulate in place into
+// tensors that stay. What crosses to other stages (events, messages, the batch's copy to the
+// device), weight prediction and weight stashing stay eager, around the replays.
+//
 // Threading: a Stage is used by one thread at a time (its worker). Different stages may run
 // concurrently on different threads, and on a GPU each queues its work on its own stream.
 #pragma once
@@ -79,6 +86,20 @@ struct StageTensors {
   std::vector<torch::Tensor> skips;
 };
 
+// How a stage runs its passes: eagerly, as CUDA graphs, or (tests only) through the CPU test
+// double of a graph that runs its work again at each replay (src/exec/step_graph_impl.h): it
+// exercises the slots, static tensors and in-place gradients on the CPU, not a capture.
+enum class GraphMode { kOff, kCuda, kRerunForTests };
+
+struct GraphSettings {
+  GraphMode mode = GraphMode::kOff;
+  // Updates that run eagerly before the first capture (cuDNN's autotuning, lazy
+  // initialisation, the momentum buffers); at least 1.
+  int eager_steps = 2;
+  // The option's name in messages.
+  std::string option = "cuda_graphs";
+};
+
 class Stage {
  public:
   // index: 0-based partition number; module: the partition's units in order (already built
@@ -99,6 +120,23 @@ class Stage {
         torch::MemoryFormat memory_format = torch::MemoryFormat::Contiguous,
         size_t recompute_units = 0, std::vector<models::Skips> skips = {},
         Precision precision = Precision::kFp32);
+  ~Stage();
+  Stage(const Stage&) = delete;
+  Stage& operator=(const Stage&) = delete;
+
+  // Runs the passes as graphs from now on (above). Throws UsageError naming settings.option
+  // and the partition where this partition cannot: kCuda on a device other than CUDA or in a
+  // build without CUDA, a unit that draws random numbers (dropout: a replay would repeat its
+  // masks), recomputation. A capture that fails later throws UsageError naming both too.
+  void use_graphs(const GraphSettings& settings);
+  // The notes since the last call: a pass that ran eagerly because its shapes differ from
+  // the captured ones (a last partial batch), once per stage.
+  std::vector<std::string> take_notes();
+  // The passes (forwards, backwards, updates) that ran as a graph, captured or replayed.
+  int64_t graphed_passes() const;
+  // Forgets the captured graphs (the next passes capture new ones); after the weights or the
+  // optimizer's state were replaced, as a checkpoint's load does. Nothing may be in flight.
+  void drop_graphs();
 
   int index() const { return index_; }
   bool is_first() const { return index_ == 0; }
@@ -169,6 +207,7 @@ class Stage {
     torch::Tensor head_output;  // recomputation: the recomputed units' output, a leaf
     models::SkipTable head_stashes;  // ... the skips they stashed, leaves
     Weights head_weights;       // ... their weights as the forward saw them, once they differ
+    int slot = -1;              // graphs: the slot whose graphs ran the forward, -1: eager
   };
   using Key = std::pair<int64_t, int>;  // (step, micro)
 
@@ -181,15 +220,31 @@ class Stage {
   // The skip inputs by name.
   models::SkipTable input_table(const std::vector<torch::Tensor>& skips) const;
   Pending& pending(int64_t step, int micro, const char* what);
-  // The module's forward on p.input with the weights this forward of `step` should see;
-  // fills p.weights, p.skip_outputs and, with recomputation, p.head_output, p.head_stashes and
-  // p.head_weights.
-  torch::Tensor forward_with_weights(int64_t step, int micro, Pending& p);
   // Units [first, last) of the module on x (on a copy where unit `first` writes into its input).
   torch::Tensor run_units(size_t first, size_t last, torch::Tensor x, models::SkipTable& table);
   // Recomputation: the recomputed units' forward again, then their backward from the gradients
   // the rest of the stage's backward left in p.head_output and p.head_stashes.
   void recompute_backward(int64_t step, int micro, Pending& p);
+  // compute_forward()'s units, under the forward's random numbers and autocast (bf16): the
+  // output; fills p.skip_outputs and, with recomputation, p.head_output and p.head_stashes.
+  torch::Tensor forward_units(int64_t step, int micro, Pending& p);
+  // The forward of (step, micro) with its weights in place: the units (the last stage: then
+  // the loss against y, scaled, and the metric into `loss`), filling p.output,
+  // p.skip_outputs and, with recomputation, p.head_output and p.head_stashes.
+  void compute_forward(int64_t step, int micro, Pending& p, const torch::Tensor& y, double loss_scale,
+                       PendingLoss& loss);
+  // forward(), forward_loss(): the delay and the weights this forward of `step` should see
+  // (filling p.weights and, with recomputation, p.head_weights), then the computation.
+  PendingLoss forward_pass(int64_t step, int micro, Pending& p, const torch::Tensor& y, double loss_scale);
+  // Graphs (stage_graphs.cpp). The forward and the update return false where the pass runs
+  // eagerly instead; the backward of a graphed forward is graphed.
+  bool graphed_forward(int64_t step, int micro, Pending& p, const torch::Tensor& y, double loss_scale,
+                       PendingLoss& loss);
+  StageTensors graphed_backward(Pending& p, const std::vector<torch::Tensor>& grads);
+  bool graphed_update(double lr, int delay);
+  // After an eager update: the gradients zeroed where graphs accumulate into them, dropped
+  // otherwise.
+  void clear_gradients();
 
   int index_;
   int num_stages_;
@@ -213,6 +268,8 @@ class Stage {
   std::vector<bool> writes_input_;  // per unit: models::writes_its_input
   std::vector<torch::Tensor> recompute_params_;   // the recomputed units' parameters
   std::vector<torch::Tensor> recompute_buffers_;  // and buffers
+  struct Graphs;                  // src/exec/stage_graphs_impl.h
+  std::unique_ptr<Graphs> graphs_;  // null: eager
 };
 
 }  // namespace stalepipe::exec

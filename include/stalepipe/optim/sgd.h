@@ -36,6 +36,7 @@
 // Threading: one instance per partition, used by one thread at a time.
 #pragma once
 
+#include <utility>
 #include <vector>
 
 #include <torch/arg.h>
@@ -81,6 +82,22 @@ class Sgd {
 
   // Drops the gradients (sets them undefined, so the next backward writes fresh ones).
   void zero_grad();
+  // Zeroes the defined gradients where they are: their tensors stay (a captured CUDA graph
+  // accumulates into them); undefined ones stay undefined.
+  void zero_grad_in_place();
+
+  // The update of step() with its per-step values (lr, and spike compensation's a and b, which
+  // depend on the delay) read from tensors on the parameters' device, so that a CUDA graph
+  // that captured step_on_device() applies the values set_step_values() wrote before its
+  // replay (docs/design.md, "CUDA graphs"). The formula and the roundings are step()'s
+  // (addcmul(x, t) where step() has add(x, alpha): bit for bit on the CPU, tests/unit/optim).
+  // With spike compensation it always takes the compensating branch, with a = 1
+  // and b = 0 where the delay is 0 (buf * 1 + g * 0 = buf exactly), so that the captured
+  // work does not depend on the delay. Every parameter with a gradient needs its momentum
+  // buffer already (ready_on_device()): one step() makes them.
+  void set_step_values(double lr, int delay);
+  void step_on_device();
+  bool ready_on_device() const;
 
   const SgdOptions& options() const { return options_; }
   const std::vector<torch::Tensor>& params() const { return params_; }
@@ -104,6 +121,14 @@ class Sgd {
   std::vector<torch::Tensor> momentum_buffers_;
   std::vector<torch::Tensor> initial_norms_;  // per parameter: 0-dim recorded norm, or undefined
   SgdOptions options_;
+  // step_on_device()'s values: -lr, a, b (0-dim, on the parameters' device).
+  torch::Tensor neg_lr_, spike_a_, spike_b_;
+  // Spike compensation's factors for a delay.
+  std::pair<double, double> spike_factors(int delay) const;
+  // One update of parameter i from its gradient: step()'s and step_on_device()'s shared part,
+  // with the momentum combination and the descent given as functions.
+  template <typename Combine, typename Descend>
+  void update_parameter(size_t i, const Combine& combine, const Descend& descend);
 };
 
 }  // namespace stalepipe::optim

@@ -230,6 +230,30 @@ TEST(PipelineTrainer, TimeSuspendedIsNotTrainingTime) {
   EXPECT_GT(counted, 0.0);
 }
 
+// A pass that ran without graphs (a partial last batch) reaches FitHooks::on_warning once per
+// partition, not once per pass. The graphs are the CPU test double (exec::GraphMode), as
+// --cuda-graphs needs CUDA partitions.
+TEST(PipelineTrainer, PassesWithoutGraphsAreNotedOncePerPartition) {
+  std::vector<torch::data::Example<>> batches;
+  for (const auto& b : synthetic_batches(4)) batches.push_back({b.x, b.target});
+  batches.push_back({batches[0].data.narrow(0, 0, 3), batches[0].target.narrow(0, 0, 3)});
+  PipelineTrainer trainer(user_lenet5(4), Flat().ppv({2}).threads_per_worker(1));
+  exec::GraphSettings graphs;
+  graphs.mode = exec::GraphMode::kRerunForTests;
+  graphs.option = field_name(Field::cuda_graphs);
+  for (auto* stage : trainer.pipeline().stages()) stage->use_graphs(graphs);
+  std::vector<std::string> warnings;
+  FitHooks hooks;
+  hooks.on_warning = [&](const std::string& line) { warnings.push_back(line); };
+  trainer.fit(batches, 3, hooks);
+  ASSERT_EQ(warnings.size(), 2u);
+  for (int k = 0; k < 2; ++k) {
+    EXPECT_NE(warnings[k].find("PipelineOptions::cuda_graphs: partition " + std::to_string(k + 1) + ", mini-batch 4 has input [3, "),
+              std::string::npos) << warnings[k];
+  }
+  EXPECT_GT(trainer.pipeline().stage(0).graphed_passes(), 0);
+}
+
 TEST(PipelineTrainer, SaveAndLoadRestoreWeightsAndStep) {
   test::TempDir dir;
   const auto batches = synthetic_batches(5);

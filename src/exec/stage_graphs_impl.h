@@ -1,0 +1,69 @@
+// exec::Stage's graphs' state (stage_graphs.cpp). Private to src/exec.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "stalepipe/exec/stage.h"
+#include "step_graph_impl.h"
+
+namespace stalepipe::exec {
+
+// Whatever a replay reads or writes lives here, at addresses that stay from capture on.
+struct Stage::Graphs {
+  // A forward in flight: its static inputs (leaves whose gradients the backward graph fills
+  // in place), its graphs' outputs, and the gradients of those the backward graph reads.
+  struct Slot {
+    Pending pending;
+    torch::Tensor target;  // the last stage's
+    PendingLoss loss;      // the last stage's, as its forward graph leaves them
+    std::vector<torch::Tensor> grad_outputs;
+    int64_t step = 0;
+    int micro = 0;
+    double loss_scale = 1.0;
+    std::unique_ptr<detail::StepGraph> forward, backward;
+    // The forward's inputs (and target) into the statics; the first time, makes them.
+    void take(const Pending& p, const torch::Tensor& y);
+  };
+
+  GraphSettings settings;
+  int eager_updates = 0;
+  int64_t passes = 0;  // graphed ones
+  // The parameters' gradients were made to stay (allocated before the first capture): zeroed
+  // in place from then on, never dropped.
+  bool armed = false;
+  std::vector<bool> had_gradient;  // per parameter, at the last eager update
+  std::string shapes;              // what the graphs were captured for; empty: nothing yet
+  bool noted = false;
+  std::vector<std::string> notes;
+  // unique_ptr: the graphs' bodies refer to their slot, which must not move.
+  std::vector<std::unique_ptr<Slot>> slots;
+  std::unique_ptr<detail::StepGraph> update;
+
+  // Before the first capture: every parameter that had a gradient gets one that stays.
+  void arm(const std::vector<torch::Tensor>& params);
+
+  std::unique_ptr<detail::StepGraph> make(int partition) const {
+    if (settings.mode == GraphMode::kCuda) {
+      return detail::make_cuda_graph(c10::str(settings.option, ": partition ", partition + 1));
+    }
+    return detail::make_rerun_graph();
+  }
+
+  // A slot no forward in flight holds (slots grow to the forwards a stage keeps in flight).
+  int free_slot(const std::map<Key, Pending>& in_flight) {
+    std::vector<bool> busy(slots.size());
+    for (const auto& entry : in_flight) {
+      if (entry.second.slot >= 0) busy[entry.second.slot] = true;
+    }
+    for (size_t i = 0; i < busy.size(); ++i) {
+      if (!busy[i]) return static_cast<int>(i);
+    }
+    slots.push_back(std::make_unique<Slot>());
+    return static_cast<int>(slots.size()) - 1;
+  }
+};
+
+}  // namespace stalepipe::exec
