@@ -17,6 +17,7 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
+#include "common/error_text_impl.h"
 #include "stalepipe/exec/processes.h"
 
 namespace stalepipe::exec {
@@ -67,12 +68,6 @@ class WaitWatch {
   bool closing_ = false;
   std::thread thread_;
 };
-
-// What an exception says, on one line (c10::Error's what() carries a backtrace). It may come
-// from a c10d worker thread, handed over under a lock inside LibTorch that ThreadSanitizer
-// does not see: under TSan the reads of it here are ignored (only these), and such an
-// exception is never freed here (a failed group's works are abandoned with it).
-std::string one_line_message(const std::exception& e);
 
 // A send still in flight: the tensor must outlive it.
 struct PendingSend {

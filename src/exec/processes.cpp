@@ -17,29 +17,7 @@
 #include "replicas_impl.h"
 #include "worker_impl.h"
 
-#if defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-extern "C" void __tsan_ignore_thread_begin();
-extern "C" void __tsan_ignore_thread_end();
-#define SP_IGNORE_THREAD_BEGIN() __tsan_ignore_thread_begin()
-#define SP_IGNORE_THREAD_END() __tsan_ignore_thread_end()
-#endif
-#endif
-#ifndef SP_IGNORE_THREAD_BEGIN
-#define SP_IGNORE_THREAD_BEGIN()
-#define SP_IGNORE_THREAD_END()
-#endif
-
 namespace stalepipe::exec {
-
-std::string one_line_message(const std::exception& e) {
-  SP_IGNORE_THREAD_BEGIN();
-  const auto* c10_error = dynamic_cast<const c10::Error*>(&e);
-  std::string message = c10_error ? c10_error->what_without_backtrace() : e.what();
-  SP_IGNORE_THREAD_END();
-  std::replace(message.begin(), message.end(), '\n', ' ');
-  return message;
-}
 
 std::string describe(int rank, int partitions, int replicas) {
   if (rank < 0) return "a rank";

@@ -1,6 +1,7 @@
 // exec::detail::StepGraph: at::cuda::CUDAGraph in a CUDA build, and the CPU test double.
 #include "step_graph_impl.h"
 
+#include "common/error_text_impl.h"
 #include "stalepipe/common/error.h"
 
 #ifdef STALEPIPE_CUDA
@@ -31,13 +32,6 @@ std::unique_ptr<StepGraph> make_rerun_graph() { return std::make_unique<RerunGra
 
 namespace {
 
-// One line of an exception's message (c10's carry a backtrace).
-std::string first_line(const std::exception& e) {
-  const auto* c10_error = dynamic_cast<const c10::Error*>(&e);
-  const std::string text = c10_error ? c10_error->what_without_backtrace() : e.what();
-  return text.substr(0, text.find('\n'));
-}
-
 class CudaGraph final : public StepGraph {
  public:
   explicit CudaGraph(std::string what) : what_(std::move(what)) {}
@@ -52,7 +46,7 @@ class CudaGraph final : public StepGraph {
       // order other than their captures'.
       graph_.capture_begin({0, 0}, cudaStreamCaptureModeThreadLocal);
     } catch (const std::exception& e) {
-      throw UsageError(c10::str(what_, ": cannot begin a CUDA graph capture: ", first_line(e)));
+      throw UsageError(c10::str(what_, ": cannot begin a CUDA graph capture: ", one_line_message(e)));
     }
     try {
       body();
@@ -63,13 +57,13 @@ class CudaGraph final : public StepGraph {
       } catch (const std::exception&) {
       }
       (void)cudaGetLastError();
-      throw UsageError(c10::str(what_, ": an operation cannot be captured in a CUDA graph: ", first_line(e)));
+      throw UsageError(c10::str(what_, ": an operation cannot be captured in a CUDA graph: ", one_line_message(e)));
     }
     try {
       graph_.capture_end();
     } catch (const std::exception& e) {
       (void)cudaGetLastError();
-      throw UsageError(c10::str(what_, ": the CUDA graph capture failed: ", first_line(e)));
+      throw UsageError(c10::str(what_, ": the CUDA graph capture failed: ", one_line_message(e)));
     }
     graph_.replay();  // a capture records the work without running it
   }

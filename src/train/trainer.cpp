@@ -191,6 +191,14 @@ void write_trace(Run& run, sim::TraceRecorder& trace) {
 TrainResult conclude(Run& run, TrainResult result, const FitResult& fitted, const TrainHooks& hooks,
                      const std::function<void(const std::string&)>& log);
 
+// Where training batches are copied ahead: a GPU first partition with one replica (replicas in
+// one process split the batch on the host), else nowhere (the CPU).
+torch::Device input_device(const Options& o) {
+  const auto& devices = o.pipeline().devices();
+  const bool copy_ahead = !devices.empty() && devices[0].is_cuda() && o.pipeline().replicas() == 1;
+  return copy_ahead ? devices[0] : torch::Device(torch::kCPU);
+}
+
 TrainResult run_training(Run& run, bool resumed, const TrainHooks& hooks) {
   PipelineTrainer& t = *run.trainer;
   const Options& o = run.options;
@@ -235,12 +243,7 @@ TrainResult run_training(Run& run, bool resumed, const TrainHooks& hooks) {
   };
   const int64_t epochs = planned_epochs(run);
   if (!o.run().trace().empty()) fit.on_op = trace.callback();
-  // Batches copied ahead to a GPU first partition; replicas in one process split the batch on
-  // the host.
-  const auto& devices = o.pipeline().devices();
-  const bool copy_ahead = !devices.empty() && devices[0].is_cuda() && o.pipeline().replicas() == 1;
-  LoaderSource train(*run.data.train_loader, copy_ahead ? devices[0] : torch::Device(torch::kCPU));
-  LoaderSource test(*run.data.test_loader);
+  LoaderSource train(*run.data.train_loader, input_device(o)), test(*run.data.test_loader);
   fit.on_epoch = [&](const EpochSummary& m) {
     result.epochs.push_back(m);
     if (!out.empty() && leader) append_metrics(out, m);
