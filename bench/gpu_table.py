@@ -94,6 +94,12 @@ def speed_table(rows):
         two = median.get(("stalepipe", "resnet56-b128-2p", precision, ""))
         if one and two:
             lines.append(f"\nTwo partitions on one GPU against one, ResNet-56 b128, {precision}: {two / one:.2f}x")
+    for (_, config, precision, _) in ours_keys:
+        plain = median.get(("stalepipe", config.removesuffix("-graphs"), precision, ""))
+        if config.endswith("-graphs") and plain:
+            graphed = median[("stalepipe", config, precision, "")]
+            lines.append(f"--cuda-graphs against without, {config.removesuffix('-graphs')}, {precision}: "
+                         f"{graphed / plain:.2f}x")
     skips = max((j.get("cudagraph_skips") or 0 for j in rows), default=0)
     if skips:
         lines.append(f"note: torch.compile fell back from CUDA graphs {skips} time(s) in the peer's process "

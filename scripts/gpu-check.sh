@@ -7,6 +7,7 @@
 #   scripts/gpu-check.sh speed DEPS OUT ROUNDS [PRECISION]            # there: the one-GPU speed table
 #   scripts/gpu-check.sh tta DEPS OUT SECONDS PRECISION [SEED...]     # there: time to accuracy against PyTorch
 #   scripts/gpu-check.sh precision DEPS OUT SECONDS [SEED...]         # there: bf16 against fp32
+#   scripts/gpu-check.sh graphs DEPS OUT                              # there: the CUDA graphs' tests on cuda:0
 #
 # `run` builds in build-gpu, runs `ctest -L unit`, then trains each experiment file with
 # `stalepipe sweep` until SECONDS (counted from the script's start) have passed; a sweep stopped
@@ -236,6 +237,8 @@ speed() {
   local r56="--model resnet56 --layout channels-last --epochs 2 --train-subset 25600"
   local ours_configs=${SPEED_OURS:-"resnet56-b128-1p|resnet56-b128|$r56 --batch-size 128 --devices cuda:0
 resnet56-b128-2p|resnet56-b128|$r56 --batch-size 128 --pipeline 25 --devices cuda:0,cuda:0
+resnet56-b128-1p-graphs|resnet56-b128|$r56 --batch-size 128 --devices cuda:0 --cuda-graphs
+resnet56-b128-2p-graphs|resnet56-b128|$r56 --batch-size 128 --pipeline 25 --devices cuda:0,cuda:0 --cuda-graphs
 resnet56-b512-1p|resnet56-b512|$r56 --batch-size 512 --devices cuda:0
 lenet5-b128-1p|lenet5-b128|--model lenet5 --epochs 2 --batch-size 128 --devices cuda:0"}
   local peer_configs=${SPEED_PEERS:-"resnet56-b128|--model resnet56 --batch-size 128 --layout channels-last
@@ -372,35 +375,22 @@ precision() {
   all_ran
 }
 
-#   scripts/gpu-check.sh graphs DEPS OUT    # there
-# --cuda-graphs on a GPU: the graphed-against-eager tests with real CUDA graphs on cuda:0, then
-# ResNet-56 b128 on 1 and 2 partitions of cuda:0 without and with graphs (OUT/speed.jsonl).
-# About 90 s of build and 4-5 minutes of runs.
+# The CUDA graphs' tests on cuda:0 with real graphs (tests/unit/exec/graphs_test.cpp: graphed
+# training against eager within their tolerance). Their speed is in the `speed` table (the
+# -graphs rows).
 graphs() {
-  DEPS=$(realpath "$1"); OUT=$2
-  mkdir -p "$OUT"
-  export CPATH="$DEPS/prefix/include"
-  if [ ! -d /usr/share/datasets/fashion-mnist ]; then
-    mkdir -p /usr/share/datasets && cp -r "$DEPS/fashion-mnist" /usr/share/datasets/
-  fi
-  { nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; nproc
-    python3 -c 'import torch; print("torch", torch.__version__, torch.version.cuda)'; } > "$OUT/machine.txt" 2>&1
-  cat "$OUT/machine.txt"
-  step gtest gtest_prefix && step configure configure &&
-    step build cmake --build build-gpu -j"$(nproc)" --target stalepipe test_exec || return 1
-  STALEPIPE_TEST_DEVICE=cuda:0 step graphs-test timeout 180 build-gpu/tests/test_exec --gtest_filter='Graphs.*'
-  local r56=(--model resnet56 --layout channels-last --epochs 2 --train-subset 25600 --batch-size 128)
-  ours resnet56-b128-1p "${r56[@]}" --devices cuda:0
-  ours resnet56-b128-1p-graphs "${r56[@]}" --devices cuda:0 --cuda-graphs
-  ours resnet56-b128-2p "${r56[@]}" --pipeline 25 --devices cuda:0,cuda:0
-  ours resnet56-b128-2p-graphs "${r56[@]}" --pipeline 25 --devices cuda:0,cuda:0 --cuda-graphs
+  prepare "$1" "$2" || return 1
+  step build-tests cmake --build build-gpu -j"$(nproc)" --target test_exec || return 1
+  STALEPIPE_TEST_DEVICE=cuda:0 step graphs-test timeout 240 build-gpu/tests/test_exec --gtest_filter='Graphs.*' || failed
+  all_ran
 }
 
 case "${1:-}" in
   pack) pack "$2" ;;
   run) shift; run "$@" ;;
   speed|tta|precision|graphs)
-    if (($# < 4)); then echo "usage: $0 $1 DEPS OUT ... (see the comment at the top)" >&2; exit 2; fi
+    min_args=4; [ "$1" = graphs ] && min_args=3
+    if (($# < min_args)); then echo "usage: $0 $1 DEPS OUT ... (see the comment at the top)" >&2; exit 2; fi
     mode=$1; shift
     "$mode" "$@" ;;
   *) echo "usage: $0 pack DEPS | run DEPS OUT SECONDS [EXPERIMENT.json...] | speed DEPS OUT ROUNDS [PRECISION]" \

@@ -64,6 +64,7 @@ cat > "$tmp/speed.jsonl" <<'JSON'
 {"who": "stalepipe", "config": "resnet56-b128-1p", "peer": "resnet56-b128", "precision": "fp32", "config_precision": "fp32", "images_per_second": 100}
 {"who": "stalepipe", "config": "resnet56-b128-1p", "peer": "resnet56-b128", "precision": "fp32", "config_precision": "fp32", "images_per_second": 300}
 {"who": "stalepipe", "config": "resnet56-b128-2p", "peer": "resnet56-b128", "precision": "fp32", "config_precision": "fp32", "images_per_second": 300}
+{"who": "stalepipe", "config": "resnet56-b128-2p-graphs", "peer": "resnet56-b128", "precision": "fp32", "config_precision": "fp32", "images_per_second": 750}
 {"who": "pytorch-eager", "config": "resnet56-b128", "layout": "channels-last", "precision": "fp32", "images_per_second": 100}
 {"who": "pytorch-eager", "config": "resnet56-b128", "layout": "nchw", "precision": "fp32", "images_per_second": 80}
 {"who": "pytorch-compile", "config": "resnet56-b128", "layout": "channels-last", "precision": "fp32", "compile_seconds": 58, "images_per_second": 160}
@@ -74,7 +75,8 @@ grep -qF '| resnet56-b128-1p | fp32 | 200 | 100 (channels-last) | 2.00 | 160 (ch
   fail "gpu_table.py speed: median 200 against eager's best 100 and compile's 160: $out"
 grep -qF 'Two partitions on one GPU against one, ResNet-56 b128, fp32: 1.50x' <<< "$out" || fail "gpu_table.py speed 2p/1p: $out"
 grep -q 'torch.compile (reduce-overhead) of resnet56-b128 channels-last fp32: 58 s' <<< "$out" || fail "gpu_table.py compile seconds: $out"
-python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); assert len(j["rows"]) == 7 and j["ratios"][0]["ratio_compile"] == 1.25' \
+grep -qF -- '--cuda-graphs against without, resnet56-b128-2p, fp32: 2.50x' <<< "$out" || fail "gpu_table.py graphs/eager: $out"
+python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); assert len(j["rows"]) == 8 and j["ratios"][0]["ratio_compile"] == 1.25' \
   "$tmp/speed.json" || fail "gpu_table.py speed --json"
 tta_row() {  # WHO CONFIG SEED SECONDS-TO-92 (null: not reached)
   local reached=true; [ "$4" = null ] && reached=false

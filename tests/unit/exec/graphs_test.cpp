@@ -98,6 +98,8 @@ TEST(Graphs, ResNetWithBatchNormEqualsEager) {
   RunSpec spec = small_resnet20({7});  // buffers compared too: the running statistics
   spec.executor = "threads";
   expect_graphed_equals_eager(spec, "resnet20 stale");
+  spec.precision = exec::Precision::kBf16;  // autocast inside the captured forward
+  expect_graphed_equals_eager(spec, "resnet20 stale, bf16");
 }
 
 TEST(Graphs, APartialLastBatchRunsEagerlyWithOneNotePerPartition) {
