@@ -94,7 +94,9 @@ void Sgd::update_parameter(size_t i, const Combine& combine, const Descend& desc
 void Sgd::step(double lr, int delay) {
   torch::NoGradGuard no_grad;
   const bool compensate = options_.spike_compensation() && delay > 0 && options_.momentum() != 0;
-  const auto [a, b] = spike_factors(delay);
+  // Plain variables: C++17 lambdas cannot capture structured bindings (clang refuses).
+  const std::pair<double, double> factors = spike_factors(delay);
+  const double a = factors.first, b = factors.second;
   const auto combine = [&](const torch::Tensor& buf, const torch::Tensor& d_p) -> torch::Tensor {
     if (compensate) return buf.mul(a).add_(d_p, b);
     return options_.nesterov() ? d_p.add(buf, options_.momentum()) : buf;
