@@ -83,17 +83,23 @@ configure() {
     -DSTALEPIPE_BUILD_BENCH=OFF -DSTALEPIPE_BUILD_EXAMPLES=OFF
 }
 
-run() {
-  DEPS=$(realpath "$1"); OUT=$2; local budget=$3; shift 3
+# What every mode there starts with: DEPS and OUT, the headers the build needs, Fashion-MNIST
+# where our loader and the peers read it (DATA_DIR), and OUT/machine.txt. DEPS OUT
+machine() {
+  DEPS=$(realpath "$1"); OUT=$2; DATA_DIR=${DATA_DIR:-/usr/share/datasets/fashion-mnist}
   mkdir -p "$OUT"
   # The wheel ships c10d's headers but not Gloo's, which c10d's include.
   export CPATH="$DEPS/prefix/include"
-  if [ ! -d /usr/share/datasets/fashion-mnist ]; then
-    mkdir -p /usr/share/datasets && cp -r "$DEPS/fashion-mnist" /usr/share/datasets/
+  if [ ! -d "$DATA_DIR" ] && [ -d "$DEPS/fashion-mnist" ]; then
+    mkdir -p "$(dirname "$DATA_DIR")" && cp -r "$DEPS/fashion-mnist" "$DATA_DIR"
   fi
   { nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; nproc; g++ --version | head -1
     python3 -c 'import torch; print("torch", torch.__version__, torch.version.cuda)'; } > "$OUT/machine.txt" 2>&1
   cat "$OUT/machine.txt"
+}
+
+run() {
+  machine "$1" "$2"; local budget=$3; shift 3
   step gtest gtest_prefix && step configure configure && step build cmake --build build-gpu -j"$(nproc)" ||
     return 1
   # 16 processes of 16 OpenMP threads each slowed the data tests 15x there; 2 threads each do not.
@@ -118,15 +124,8 @@ print(os.path.normpath(os.path.join(os.path.dirname(e), j["out"])), *j.get("seed
 # What the measuring modes share: OUT, the data set, machine.txt and the CLI in $SP (built here
 # unless SP names one), which must know --precision.
 prepare() {
-  DEPS=$(realpath "$1"); OUT=$2; DEVICE=${DEVICE:-cuda}; DATA_DIR=${DATA_DIR:-/usr/share/datasets/fashion-mnist}
-  mkdir -p "$OUT"
-  export CPATH="$DEPS/prefix/include"
-  if [ ! -d "$DATA_DIR" ] && [ -d "$DEPS/fashion-mnist" ]; then
-    mkdir -p "$(dirname "$DATA_DIR")" && cp -r "$DEPS/fashion-mnist" "$DATA_DIR"
-  fi
-  { nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; nproc
-    python3 -c 'import torch; print("torch", torch.__version__, torch.version.cuda)'; } > "$OUT/machine.txt" 2>&1
-  cat "$OUT/machine.txt"
+  DEVICE=${DEVICE:-cuda}
+  machine "$1" "$2"
   if [ -z "${SP:-}" ]; then
     step gtest gtest_prefix && step configure configure && step build cmake --build build-gpu -j"$(nproc)" --target stalepipe ||
       return 1

@@ -1,11 +1,11 @@
 // PipelineTrainer::save and load: the checkpoint of every partition, wherever it runs, and the
 // fall-back to the previous checkpoint when the newest is damaged.
 #include <algorithm>
-#include <cstdio>
 
 #include "stalepipe/api/options_json.h"
 #include "stalepipe/api/pipeline_trainer.h"
 #include "stalepipe/exec/checkpoint.h"
+#include "trainer_impl.h"
 
 namespace stalepipe {
 
@@ -67,9 +67,6 @@ std::string PipelineTrainer::load_owned(const std::string& manifest, exec::Check
 
 void PipelineTrainer::load(const std::string& dir, const std::function<void(const std::string&)>& on_warning) {
   check_drained("load");
-  const auto warn = [&](const std::string& line) {
-    if (on_warning) on_warning(line); else std::fprintf(stderr, "%s\n", line.c_str());
-  };
   const int K = plan_.num_partitions();
   const auto manifests = exec::checkpoint_manifests(dir);
   SP_CHECK(!manifests.empty(), dir, "/checkpoint/manifest.json: no checkpoint manifest (was the run "
@@ -93,7 +90,7 @@ void PipelineTrainer::load(const std::string& dir, const std::function<void(cons
     if (!mine) fault = c10::str(manifests[i], ": the shard of partition ", first_bad - bad.begin() + 1, " is damaged (its rank's warning says how)");
     faults += (faults.empty() ? "" : "; ") + fault;
     if (i + 1 < manifests.size() && (mine || group_->leader())) {
-      warn(c10::str("warning: ", fault, "; falling back to the previous checkpoint ", manifests[i + 1]));
+      warn(on_warning, c10::str("warning: ", fault, "; falling back to the previous checkpoint ", manifests[i + 1]));
     }
   }
   throw RuntimeError(c10::str(dir, ": no usable checkpoint: ", faults,

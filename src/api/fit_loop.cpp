@@ -1,7 +1,6 @@
 // The training loop: epochs of segments (fill, steady state, drain), evaluation, hooks.
 #include <algorithm>
 #include <chrono>
-#include <cstdio>
 #include <limits>
 #include <sstream>
 
@@ -76,13 +75,7 @@ PipelineTrainer::Segment PipelineTrainer::run_fit_segment(BatchSource& source, i
   }
   // The partitions' notes (a pass that ran without CUDA graphs), once each.
   for (auto* stage : all_stages_) {
-    for (const std::string& note : stage->take_notes()) {
-      if (hooks.on_warning) {
-        hooks.on_warning(note);
-      } else {
-        std::fprintf(stderr, "%s\n", note.c_str());
-      }
-    }
+    for (const std::string& note : stage->take_notes()) warn(hooks.on_warning, note);
   }
   const double suspended = 1e-9 * static_cast<double>(suspended_ns(hooks) - suspended_before);
   const double seconds = std::max(0.0, seconds_since(start) - suspended);

@@ -2,15 +2,28 @@
 #pragma once
 
 #include <condition_variable>
+#include <cstdio>
 #include <deque>
 #include <exception>
+#include <functional>
 #include <map>
 #include <mutex>
+#include <string>
 #include <thread>
 
 #include "stalepipe/api/pipeline_trainer.h"
 
 namespace stalepipe {
+
+// A warning to the caller's hook, or to stderr where none is given: a library caller who set
+// no hook still sees it.
+inline void warn(const std::function<void(const std::string&)>& on_warning, const std::string& line) {
+  if (on_warning) {
+    on_warning(line);
+  } else {
+    std::fprintf(stderr, "%s\n", line.c_str());
+  }
+}
 
 // Inputs travel to the executor's first worker through a queue that its input callback blocks
 // on; losses come back from the last worker through a map.

@@ -88,6 +88,7 @@ void Stage::use_graphs(const GraphSettings& settings) {
                settings.eager_steps);
   graphs_ = std::make_unique<Graphs>();
   graphs_->settings = settings;
+  graphs_->where = where;
 }
 
 std::vector<std::string> Stage::take_notes() {
@@ -122,7 +123,7 @@ bool Stage::graphed_forward(int64_t step, int micro, Pending& p, const torch::Te
   if (g.eager_updates < g.settings.eager_steps) return false;
   if (shapes != g.shapes) {
     if (!std::exchange(g.noted, true)) {
-      g.notes.push_back(c10::str(g.settings.option, ": partition ", index_ + 1, ", mini-batch ", step, " has ", shapes,
+      g.notes.push_back(c10::str(g.where, ", mini-batch ", step, " has ", shapes,
                                  ", not the captured ", g.shapes, "; passes of other shapes run without graphs"));
     }
     return false;
@@ -138,13 +139,13 @@ bool Stage::graphed_forward(int64_t step, int micro, Pending& p, const torch::Te
   if (slot.forward) {
     slot.forward->replay();
   } else {
-    auto graph = g.make(index_);
+    auto graph = g.make();
     graph->capture([this, &slot] {
       compute_forward(slot.step, slot.micro, slot.pending, slot.target, slot.loss_scale, slot.loss);
     });
     slot.forward = std::move(graph);
     const Score& score = slot.loss.score;
-    SP_CHECK_ARG(score.correct_count.defined() || score.scored == 0, g.settings.option, ": partition ", index_ + 1,
+    SP_CHECK_ARG(score.correct_count.defined() || score.scored == 0, g.where,
                  ": the metric counts on the host, and a replay would repeat its count; leave it on the device "
                  "(Score::correct_count)");
   }
@@ -173,7 +174,7 @@ StageTensors Stage::graphed_backward(Pending& p, const std::vector<torch::Tensor
   if (slot.backward) {
     slot.backward->replay();
   } else {
-    auto graph = graphs_->make(index_);
+    auto graph = graphs_->make();
     graph->capture([&slot] {
       {
         torch::NoGradGuard no_grad;
@@ -211,7 +212,7 @@ bool Stage::graphed_update(double lr, int delay) {
     g.update->replay();
     return true;
   }
-  auto graph = g.make(index_);
+  auto graph = g.make();
   graph->capture([this] {
     optimizer_->step_on_device();
     optimizer_->zero_grad_in_place();

@@ -29,6 +29,7 @@ struct Stage::Graphs {
   };
 
   GraphSettings settings;
+  std::string where;  // "<option>: partition k", how its messages begin
   int eager_updates = 0;
   int64_t passes = 0;  // graphed ones
   // The parameters' gradients were made to stay (allocated before the first capture): zeroed
@@ -45,11 +46,8 @@ struct Stage::Graphs {
   // Before the first capture: every parameter that had a gradient gets one that stays.
   void arm(const std::vector<torch::Tensor>& params);
 
-  std::unique_ptr<detail::StepGraph> make(int partition) const {
-    if (settings.mode == GraphMode::kCuda) {
-      return detail::make_cuda_graph(c10::str(settings.option, ": partition ", partition + 1));
-    }
-    return detail::make_rerun_graph();
+  std::unique_ptr<detail::StepGraph> make() const {
+    return settings.mode == GraphMode::kCuda ? detail::make_cuda_graph(where) : detail::make_rerun_graph();
   }
 
   // A slot no forward in flight holds (slots grow to the forwards a stage keeps in flight).
