@@ -7,7 +7,7 @@
 #   scripts/gpu-check.sh speed DEPS OUT ROUNDS [PRECISION]            # there: the one-GPU speed table
 #   scripts/gpu-check.sh tta DEPS OUT SECONDS PRECISION [SEED...]     # there: time to accuracy against PyTorch
 #   scripts/gpu-check.sh precision DEPS OUT SECONDS [SEED...]         # there: bf16 against fp32
-#   scripts/gpu-check.sh graphs DEPS OUT                              # there: the CUDA graphs' tests on cuda:0
+#   scripts/gpu-check.sh graphs DEPS OUT                              # there: the CUDA graphs' and input's tests on cuda:0
 #
 # `run` builds in build-gpu, runs `ctest -L unit`, then trains each experiment file with
 # `stalepipe sweep` until SECONDS (counted from the script's start) have passed; a sweep stopped
@@ -375,12 +375,16 @@ precision() {
 }
 
 # The CUDA graphs' tests on cuda:0 with real graphs (tests/unit/exec/graphs_test.cpp: graphed
-# training against eager within their tolerance). Their speed is in the `speed` table (the
+# training against eager within their tolerance), and the input's: pixels normalised on the GPU
+# and copied ahead give the host's batches. The graphs' speed is in the `speed` table (the
 # -graphs rows).
 graphs() {
   prepare "$1" "$2" || return 1
-  step build-tests cmake --build build-gpu -j"$(nproc)" --target test_exec || return 1
+  step build-tests cmake --build build-gpu -j"$(nproc)" --target test_exec test_data test_api || return 1
   STALEPIPE_TEST_DEVICE=cuda:0 step graphs-test timeout 240 build-gpu/tests/test_exec --gtest_filter='Graphs.*' || failed
+  # The input's normalisation on the GPU gives the host's values.
+  STALEPIPE_TEST_DEVICE=cuda:0 step input-test timeout 60 sh -c \
+    "build-gpu/tests/test_data --gtest_filter='PixelNormalizer.*' && build-gpu/tests/test_api --gtest_filter='LoaderSource.*'" || failed
   all_ran
 }
 

@@ -8,6 +8,7 @@ LoaderSource::LoaderSource(const data::Loader& loader, torch::Device device, int
     : loader_(loader), device_(device), ahead_(static_cast<size_t>(ahead)) {
   SP_CHECK_ARG(ahead >= 0, "LoaderSource: ahead must be >= 0, got ", ahead);
   if (device.is_cuda()) copies_ = exec::make_stream(device);
+  if (loader.options().raw_pixels()) normalize_ = loader.normalizer().on(device);
 }
 
 void LoaderSource::start_epoch(int64_t epoch, int64_t first) {
@@ -34,7 +35,10 @@ LoaderSource::Ahead LoaderSource::fetch() {
     // until the copy is done.
     in.x = in.x.to(device_, /*non_blocking=*/true);
     in.target = in.target.to(device_, /*non_blocking=*/true);
+    if (normalize_) in.x = (*normalize_)(in.x);
     in.ready = copies_->record();
+  } else if (normalize_) {
+    in.x = (*normalize_)(in.x);
   }
   return {std::move(in), nullptr};
 }

@@ -50,26 +50,7 @@ Loader::Loader(std::shared_ptr<const SampleSource> source, LoaderOptions options
       stored->first == in_height_ && stored->second == in_width_;
   if (!gather_ && options_.threads() > 1) pool_ = std::make_shared<detail::DecodePool>(options_.threads());
 
-  const int64_t channels = source_->channels();
-  std::vector<float> scale(channels, 1.0f / 255.0f);
-  std::vector<float> shift(channels, 0.0f);
-  const Normalization& norm = options_.normalization();
-  if (!norm.empty()) {
-    SP_CHECK_ARG(static_cast<int64_t>(norm.mean.size()) == channels &&
-        static_cast<int64_t>(norm.std.size()) == channels, "normalisation: expected ", channels,
-        " means and stds (one per channel of '", name, "'), found ", norm.mean.size(),
-        " means and ", norm.std.size(), " stds");
-    for (int64_t c = 0; c < channels; ++c) {
-      SP_CHECK_ARG(norm.std[c] > 0, "normalisation: std of channel ", c, " must be > 0, got ",
-          norm.std[c], " (a constant channel cannot be normalised)");
-      scale[c] = static_cast<float>(1.0 / (255.0 * norm.std[c]));
-      shift[c] = static_cast<float>(-norm.mean[c] / norm.std[c]);
-    }
-  }
-  scale_ = torch::tensor(scale).view({1, channels, 1, 1});
-  shift_ = torch::tensor(shift).view({1, channels, 1, 1});
-  scale_values_ = scale;
-  shift_values_ = shift;
+  normalizer_.emplace(options_.normalization(), source_->channels(), name);
   out_height_ = std::max(in_height_, options_.pad_to());
   out_width_ = std::max(in_width_, options_.pad_to());
   SP_CHECK_ARG(source_->targets().dim() != 3 || (!options_.augment() && !options_.resized_crop() &&
@@ -131,17 +112,15 @@ Batch Loader::batch(int64_t epoch, int64_t index, const std::vector<int64_t>& or
   out.epoch = epoch;
   out.index = index;
   out.samples = samples;
+  const bool pinned = options_.pin_memory();
   if (gather_) {
-    out.x = gathered(ids, epoch);
+    torch::Tensor raw = gathered(ids, epoch);
+    out.x = options_.raw_pixels() ? (pinned && !raw.is_pinned() ? raw.pin_memory() : raw) : (*normalizer_)(raw, pinned);
   } else {
-    // Each sample made whole (read, crop, augment, pad, normalise) on the decode threads.
-    out.x = torch::empty({count, source_->channels(), out_height_, out_width_}, float_options());
-    float* base = out.x.data_ptr<float>();
-    const int64_t sample_floats = out.x.stride(0);
-    run_samples(count, [&](int64_t b) { make_sample(id[b], epoch, base + b * sample_floats); });
+    out.x = made_whole(id, count, epoch);
   }
   out.y = source_->targets().index_select(0, ids);
-  if (options_.pin_memory()) out.y = out.y.pin_memory();
+  if (pinned) out.y = out.y.pin_memory();
   return out;
 }
 
@@ -156,9 +135,19 @@ torch::Tensor Loader::pixels(const torch::Tensor& ids, int64_t epoch) const {
   return x;
 }
 
-torch::TensorOptions Loader::float_options() const {
-  // Page-locked where a GPU takes the batch, so its copy needs no wait for the device.
-  return torch::TensorOptions(torch::kFloat32).pinned_memory(options_.pin_memory());
+torch::Tensor Loader::made_whole(const int64_t* id, int64_t count, int64_t epoch) const {
+  const bool raw = options_.raw_pixels();
+  torch::Tensor x = torch::empty({count, source_->channels(), out_height_, out_width_},
+                                 torch::TensorOptions(raw ? torch::kUInt8 : torch::kFloat32).pinned_memory(options_.pin_memory()));
+  const int64_t stride = x.stride(0);
+  if (raw) {
+    uint8_t* base = x.data_ptr<uint8_t>();
+    run_samples(count, [&](int64_t b) { make_raw_sample(id[b], epoch, base + b * stride); });
+  } else {
+    float* base = x.data_ptr<float>();
+    run_samples(count, [&](int64_t b) { make_sample(id[b], epoch, base + b * stride); });
+  }
+  return x;
 }
 
 void Loader::run_samples(int64_t count, const std::function<void(int64_t)>& fn) const {
@@ -177,51 +166,57 @@ torch::Tensor Loader::gathered(const torch::Tensor& ids, int64_t epoch) const {
   const int64_t count = ids.size(0), height = in_height_, width = in_width_;
   if (out_height_ != height || out_width_ != width) {
     // Pad raw pixels with 0 so the pad reads (0 - mean) / std after normalisation.
-    torch::Tensor padded =
-        torch::zeros({count, source_->channels(), out_height_, out_width_}, torch::kUInt8);
+    torch::Tensor padded = torch::zeros({count, source_->channels(), out_height_, out_width_},
+                                        torch::TensorOptions(torch::kUInt8).pinned_memory(options_.pin_memory()));
     padded.narrow(2, (out_height_ - height) / 2, height)
         .narrow(3, (out_width_ - width) / 2, width)
         .copy_(x);
     x = padded;
   }
-  torch::Tensor out = torch::empty(x.sizes(), float_options());
-  out.copy_(x);
-  if (options_.normalization().empty()) {
-    out.div_(255.0);
-  } else {
-    out.mul_(scale_).add_(shift_);
-  }
-  return out;
+  return x;
 }
 
-// The same values as gathered()'s whole-batch operations, element by element: each is one
+void Loader::make_raw_sample(int64_t id, int64_t epoch, uint8_t* out) const {
+  const int64_t channels = source_->channels(), height = in_height_, width = in_width_;
+  const bool padded = out_height_ != height || out_width_ != width;
+  thread_local std::vector<uint8_t> buffer;
+  if (padded) buffer.resize(static_cast<size_t>(channels * height * width));
+  uint8_t* sample = padded ? buffer.data() : out;
+  read_sample(id, epoch, sample);
+  if (options_.augment()) {
+    torch::Tensor view = torch::from_blob(sample, {1, channels, height, width}, torch::kUInt8);
+    augment_in_place(view, &id, epoch);
+  }
+  if (!padded) return;
+  const int64_t top = (out_height_ - height) / 2, left = (out_width_ - width) / 2;
+  std::memset(out, 0, static_cast<size_t>(channels * out_height_ * out_width_));
+  for (int64_t c = 0; c < channels; ++c) {
+    for (int64_t y = 0; y < height; ++y) {
+      std::memcpy(out + (c * out_height_ + top + y) * out_width_ + left, sample + (c * height + y) * width,
+                  static_cast<size_t>(width));
+    }
+  }
+}
+
+// The same values as PixelNormalizer's whole-batch operations, element by element: each is one
 // IEEE operation or two (a product rounded, then a sum), whichever way it is computed.
 void Loader::make_sample(int64_t id, int64_t epoch, float* out) const {
-  const int64_t channels = source_->channels(), height = in_height_, width = in_width_;
-  thread_local std::vector<uint8_t> buffer;
-  buffer.resize(static_cast<size_t>(channels * height * width));
-  read_sample(id, epoch, buffer.data());
-  if (options_.augment()) {
-    torch::Tensor sample = torch::from_blob(buffer.data(), {1, channels, height, width}, torch::kUInt8);
-    augment_in_place(sample, &id, epoch);
-  }
-  const int64_t top = (out_height_ - height) / 2, left = (out_width_ - width) / 2;
   const int64_t plane_size = out_height_ * out_width_;
-  const bool plain = options_.normalization().empty();
-  for (int64_t c = 0; c < channels; ++c) {
-    const float scale = scale_values_[c], shift = shift_values_[c];
-    float* plane = out + c * plane_size;
-    if (plane_size != height * width) std::fill(plane, plane + plane_size, plain ? 0.0f : shift);
-    for (int64_t y = 0; y < height; ++y) {
-      const uint8_t* src = buffer.data() + (c * height + y) * width;
-      float* dst = plane + (top + y) * out_width_ + left;
-      if (plain) {
-        for (int64_t x = 0; x < width; ++x) dst[x] = static_cast<float>(src[x]) / 255.0f;
-      } else {
-        for (int64_t x = 0; x < width; ++x) {
-          const float scaled = static_cast<float>(src[x]) * scale;
-          dst[x] = scaled + shift;
-        }
+  const int64_t size = source_->channels() * plane_size;
+  thread_local std::vector<uint8_t> pixels;
+  pixels.resize(static_cast<size_t>(size));
+  make_raw_sample(id, epoch, pixels.data());
+  const PixelNormalizer& n = *normalizer_;
+  for (int64_t c = 0; c < source_->channels(); ++c) {
+    const uint8_t* src = pixels.data() + c * plane_size;
+    float* dst = out + c * plane_size;
+    if (n.plain()) {
+      for (int64_t i = 0; i < plane_size; ++i) dst[i] = static_cast<float>(src[i]) / 255.0f;
+    } else {
+      const float scale = n.scale_values()[c], shift = n.shift_values()[c];
+      for (int64_t i = 0; i < plane_size; ++i) {
+        const float scaled = static_cast<float>(src[i]) * scale;
+        dst[i] = scaled + shift;
       }
     }
   }

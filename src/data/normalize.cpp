@@ -58,6 +58,44 @@ Histograms empty_histograms(int64_t channels) {
 
 }  // namespace
 
+PixelNormalizer::PixelNormalizer(const Normalization& norm, int64_t channels, const std::string& data_name)
+    : plain_(norm.empty()), scale_values_(channels, 1.0f / 255.0f), shift_values_(channels, 0.0f) {
+  if (!plain_) {
+    SP_CHECK_ARG(static_cast<int64_t>(norm.mean.size()) == channels &&
+        static_cast<int64_t>(norm.std.size()) == channels, "normalisation: expected ", channels,
+        " means and stds (one per channel of '", data_name, "'), found ", norm.mean.size(),
+        " means and ", norm.std.size(), " stds");
+    for (int64_t c = 0; c < channels; ++c) {
+      SP_CHECK_ARG(norm.std[c] > 0, "normalisation: std of channel ", c, " must be > 0, got ",
+          norm.std[c], " (a constant channel cannot be normalised)");
+      scale_values_[c] = static_cast<float>(1.0 / (255.0 * norm.std[c]));
+      shift_values_[c] = static_cast<float>(-norm.mean[c] / norm.std[c]);
+    }
+  }
+  scale_ = torch::tensor(scale_values_).view({1, channels, 1, 1});
+  shift_ = torch::tensor(shift_values_).view({1, channels, 1, 1});
+  divisor_ = torch::full({1}, 255.0f);
+}
+
+PixelNormalizer PixelNormalizer::on(torch::Device device) const {
+  PixelNormalizer moved = *this;
+  moved.scale_ = scale_.to(device);
+  moved.shift_ = shift_.to(device);
+  moved.divisor_ = divisor_.to(device);
+  return moved;
+}
+
+torch::Tensor PixelNormalizer::operator()(const torch::Tensor& pixels, bool pinned) const {
+  SP_CHECK_ARG(pixels.scalar_type() == torch::kUInt8 && pixels.dim() == 4 && pixels.size(1) == scale_.size(1),
+               "pixels to normalise: expected uint8 [N, ", scale_.size(1), ", H, W], found ", pixels.dtype(), " ",
+               pixels.sizes());
+  SP_CHECK_ARG(pixels.device() == scale_.device(), "pixels to normalise are on ", pixels.device(),
+               ", the normaliser's constants on ", scale_.device());
+  torch::Tensor out = torch::empty(pixels.sizes(), pixels.options().dtype(torch::kFloat32).pinned_memory(pinned));
+  out.copy_(pixels);
+  return plain_ ? out.div_(divisor_) : out.mul_(scale_).add_(shift_);
+}
+
 Normalization compute_normalization(const Dataset& train) {
   SP_CHECK_ARG(train.size() > 0, "cannot compute normalisation of data set '", train.name,
       "': it is empty");

@@ -53,6 +53,14 @@ struct Run {
   std::unique_ptr<PipelineTrainer> trainer;
 };
 
+// Where training batches are copied ahead: a GPU first partition with one replica (replicas in
+// one process split the batch on the host), else nowhere (the CPU).
+torch::Device input_device(const Options& o) {
+  const auto& devices = o.pipeline().devices();
+  const bool copy_ahead = !devices.empty() && devices[0].is_cuda() && o.pipeline().replicas() == 1;
+  return copy_ahead ? devices[0] : torch::Device(torch::kCPU);
+}
+
 void build(Run& run) {
   Options& o = run.options;
   check_options(o);  // cheap checks before the data is loaded
@@ -66,11 +74,15 @@ void build(Run& run) {
                field_name(R > 1 ? Field::replicas : Field::micro_batches), " ", R > 1 ? R : M,
                R > 1 && M > 1 ? c10::str(" x ", M, " micro-batches") : "", ": the last mini-batch of each epoch has only ",
                last_batch, " samples; set DataOptions::drop_last or another DataOptions::batch_size");
-  if (o.pipeline().executor() == ExecutorKind::kProcesses && R > 1) {
-    // Each replica's first rank reads only its slice of every mini-batch.
+  const bool sharded = o.pipeline().executor() == ExecutorKind::kProcesses && R > 1;
+  const bool raw_pixels = input_device(o).is_cuda();
+  if (sharded || raw_pixels) {
+    // Each replica's first rank reads only its slice of every mini-batch; a GPU that takes the
+    // batches ahead normalises their pixels itself (a quarter of the bytes to copy).
     const data::Loader& whole = *run.data.train_loader;
-    run.data.train_loader = std::make_unique<data::Loader>(
-        whole.shared_source(), data::LoaderOptions(whole.options()).shard_index(own_replica(o.pipeline())).shard_count(R));
+    data::LoaderOptions train(whole.options());
+    if (sharded) train.shard_index(own_replica(o.pipeline())).shard_count(R);
+    run.data.train_loader = std::make_unique<data::Loader>(whole.shared_source(), train.raw_pixels(raw_pixels));
   }
 
   const auto shape = run.data.train_loader->output_shape();
@@ -190,14 +202,6 @@ void write_trace(Run& run, sim::TraceRecorder& trace) {
 
 TrainResult conclude(Run& run, TrainResult result, const FitResult& fitted, const TrainHooks& hooks,
                      const std::function<void(const std::string&)>& log);
-
-// Where training batches are copied ahead: a GPU first partition with one replica (replicas in
-// one process split the batch on the host), else nowhere (the CPU).
-torch::Device input_device(const Options& o) {
-  const auto& devices = o.pipeline().devices();
-  const bool copy_ahead = !devices.empty() && devices[0].is_cuda() && o.pipeline().replicas() == 1;
-  return copy_ahead ? devices[0] : torch::Device(torch::kCPU);
-}
 
 TrainResult run_training(Run& run, bool resumed, const TrainHooks& hooks) {
   PipelineTrainer& t = *run.trainer;

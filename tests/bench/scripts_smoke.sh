@@ -2,7 +2,10 @@
 # The measurement scripts of bench/ in tiny configurations (LeNet-5, a few small mini-batches):
 # each must still run against this build, read what stalepipe writes, and print its figures;
 # a bad variant must fail. Seconds on 2 cores. Usage: scripts_smoke.sh path/to/stalepipe
+# PEER_PYTHON: the Python whose PyTorch the peers run on (default /usr/bin/python3; the GPU
+# machine's wheel, installed in a virtual environment, rehearses that machine's peers here).
 set -euo pipefail
+py=${PEER_PYTHON:-/usr/bin/python3}
 sp=$(realpath "$1")
 bench=$(realpath "$(dirname "$0")/../../bench")
 tmp=$(mktemp -d)
@@ -42,22 +45,22 @@ grep -q '^total 0.0 ms per step over 2 steps' <<< "$out" || fail "self_times.py 
 [ "$(sed -n 3p <<< "$out" | awk '{print $3, $5}')" = "20.0% inner" ] || fail "self_times.py: inner's share: $out"
 
 # pytorch_trace.py needs PyTorch (scripts/setup-peers.sh), which CI does not install.
-if /usr/bin/python3 -c "import torch" 2> /dev/null; then
-  /usr/bin/python3 "$bench/pytorch_trace.py" lenet5 "$tmp/pytorch.json"
+if "$py" -c "import torch" 2> /dev/null; then
+  "$py" "$bench/pytorch_trace.py" lenet5 "$tmp/pytorch.json"
   # Read whole first: grep -q would stop at the first match and break the writer's pipe.
   out=$(python3 "$bench/self_times.py" "$tmp/pytorch.json")
   grep -q 'convolution' <<< "$out" || fail "pytorch_trace.py: no convolution"
 else
-  echo "pytorch_trace.py: skipped (no PyTorch for /usr/bin/python3)"
+  echo "pytorch_trace.py: skipped (no PyTorch for $py)"
 fi
 # loader_speed.sh needs torchvision and PIL (scripts/setup-peers.sh), which CI does not install.
-if /usr/bin/python3 -c "import torchvision, PIL" 2> /dev/null; then
+if "$py" -c "import torchvision, PIL" 2> /dev/null; then
   out=$(SP=$sp SIZES=32 IMAGES=10 BATCH=8 BATCHES=2 THREADS=1 "$bench/loader_speed.sh" "$tmp/loader" 1)
   grep -Eq '^median 32x32: stalepipe [0-9]+ img/s, torchvision [0-9]+ img/s, ratio [0-9.]+$' <<< "$out" ||
     fail "loader_speed.sh: $out"
   [ "$(wc -l < "$tmp/loader/loader_speed.csv")" = 3 ] || fail "loader_speed.sh wrote no rows"
 else
-  echo "loader_speed.sh: skipped (no torchvision for /usr/bin/python3)"
+  echo "loader_speed.sh: skipped (no torchvision for $py)"
 fi
 # The GPU checks' tables (bench/gpu_table.py) on rows whose figures are known.
 cat > "$tmp/speed.jsonl" <<'JSON'
@@ -102,11 +105,13 @@ grep -qF 'warning: nonpipelined (seed 2) asked for bf16 but its config.json reco
 if python3 "$bench/gpu_table.py" tta "$tmp/speed.jsonl" > /dev/null 2>&1; then fail "gpu_table.py tta accepted speed rows"; fi
 
 # The GPU checks' PyTorch peers and scripts/gpu-check.sh's modes, on the CPU (their dry run),
-# with /usr/bin/python3's PyTorch (1.13: no torch.compile) on tiny IDX data whose label shows.
-if /usr/bin/python3 -c "import torch" 2> /dev/null; then
+# with $py's PyTorch on tiny IDX data whose label shows.
+if "$py" -c "import torch" 2> /dev/null; then
   mkdir -p "$tmp/bin" "$tmp/idx"
-  ln -s /usr/bin/python3 "$tmp/bin/python3"
-  /usr/bin/python3 - "$tmp/idx" <<'PY'
+  # A wrapper, not a link: a virtual environment's Python finds its packages from its own path.
+  printf '#!/bin/sh\nexec %q "$@"\n' "$(command -v "$py")" > "$tmp/bin/python3"
+  chmod +x "$tmp/bin/python3"
+  "$py" - "$tmp/idx" <<'PY'
 import random, struct, sys
 random.seed(1)
 for prefix, n in (("train", 512), ("t10k", 200)):
@@ -117,29 +122,31 @@ for prefix, n in (("train", 512), ("t10k", 200)):
     open(f"{sys.argv[1]}/{prefix}-images-idx3-ubyte", "wb").write(struct.pack(">IIII", 2051, n, 28, 28) + pixels)
     open(f"{sys.argv[1]}/{prefix}-labels-idx1-ubyte", "wb").write(struct.pack(">II", 2049, n) + bytes(labels))
 PY
-  out=$(/usr/bin/python3 "$bench/gpu_peer.py" --device cpu --model lenet5 --batch-size 16 --warmup-steps 2 --seconds 0.2 \
+  out=$("$py" "$bench/gpu_peer.py" --device cpu --model lenet5 --batch-size 16 --warmup-steps 2 --seconds 0.2 \
           --precision bf16 --json "$tmp/peer.jsonl")
   grep -Eq '^pytorch eager lenet5 b16 channels-last bf16: [0-9]+ img/s \(cuDNN TF32 True, matmul TF32 True\)$' <<< "$out" ||
     fail "gpu_peer.py: $out"
-  /usr/bin/python3 -c 'import json,sys; j=json.loads(open(sys.argv[1]).read()); assert j["precision"] == "bf16" and j["compile"] is False' \
+  "$py" -c 'import json,sys; j=json.loads(open(sys.argv[1]).read()); assert j["precision"] == "bf16" and j["compile"] is False' \
     "$tmp/peer.jsonl" || fail "gpu_peer.py --json: $(cat "$tmp/peer.jsonl")"
-  if /usr/bin/python3 -c "import torch, sys; sys.exit(not hasattr(torch, 'compile'))"; then
-    echo "gpu_peer.py --compile without torch.compile: skipped (this PyTorch has it)"
-  elif out=$(/usr/bin/python3 "$bench/gpu_peer.py" --device cpu --model lenet5 --compile 2>&1); then
+  if "$py" -c "import torch, sys; sys.exit(not hasattr(torch, 'compile'))"; then
+    out=$("$py" "$bench/gpu_peer.py" --device cpu --model lenet5 --batch-size 16 --warmup-steps 2 --seconds 0.2 --compile 2> /dev/null)
+    grep -Eq '^pytorch compile lenet5 b16 channels-last fp32: [0-9]+ img/s \(cuDNN TF32 False, matmul TF32 False, compiled in [0-9]+ s\)$' <<< "$out" ||
+      fail "gpu_peer.py --compile: $out"
+  elif out=$("$py" "$bench/gpu_peer.py" --device cpu --model lenet5 --compile 2>&1); then
     fail "gpu_peer.py --compile succeeded without torch.compile"
   else
     grep -qx 'gpu_peer.py: error: --compile needs torch.compile (PyTorch 2.0 or later); this is PyTorch .*' <<< "$out" ||
       fail "gpu_peer.py --compile on PyTorch 1: $out"
   fi
   out=$(printf -- '--model lenet5 --batch-size 8 --warmup-steps 1 --seconds 0.1 --config a\n--model nosuch\n--precision tf32\n' |
-        /usr/bin/python3 "$bench/gpu_peer.py" --serve --device cpu 2> /dev/null)
+        "$py" "$bench/gpu_peer.py" --serve --device cpu 2> /dev/null)
   [ "$(wc -l <<< "$out")" = 3 ] && grep -q '"config": "a"' <<< "$(sed -n 1p <<< "$out")" &&
     grep -q '^{"error"' <<< "$(sed -n 2p <<< "$out")" && grep -q '^{"error": "a request keeps' <<< "$(sed -n 3p <<< "$out")" ||
     fail "gpu_peer.py --serve: one answer a request, bad ones errors: $out"
   # The time-to-accuracy peer: 2 epochs of 16 mini-batches, evaluated every 6 steps and at epoch ends.
-  /usr/bin/python3 "$bench/gpu_tta_peer.py" --device cpu --data "$tmp/idx" --model lenet5 --epochs 2 --batch-size 32 \
+  "$py" "$bench/gpu_tta_peer.py" --device cpu --data "$tmp/idx" --model lenet5 --epochs 2 --batch-size 32 \
     --lr 0.05 --eval-every 6 --targets 20,101 --json "$tmp/tta-peer.jsonl" > /dev/null
-  /usr/bin/python3 - "$tmp/tta-peer.jsonl" "$tmp/idx/train-images-idx3-ubyte" <<'PY' || fail "gpu_tta_peer.py: $(cat "$tmp/tta-peer.jsonl")"
+  "$py" - "$tmp/tta-peer.jsonl" "$tmp/idx/train-images-idx3-ubyte" <<'PY' || fail "gpu_tta_peer.py: $(cat "$tmp/tta-peer.jsonl")"
 import json, sys
 j = json.loads(open(sys.argv[1]).read())
 assert [e["step"] for e in j["evaluations"]] == [6, 12, 16, 18, 24, 30, 32], j["evaluations"]
@@ -148,7 +155,7 @@ pixels = open(sys.argv[2], "rb").read()[16:]
 mean = sum(pixels) / 255 / len(pixels)
 assert abs(j["normalization"][0] - mean) < 1e-9, (j["normalization"], mean)
 PY
-  /usr/bin/python3 - "$bench" <<'PY' || fail "gpu_tta_peer.py: the lr schedule differs from stalepipe's"
+  "$py" - "$bench" <<'PY' || fail "gpu_tta_peer.py: the lr schedule differs from stalepipe's"
 import sys, types
 sys.path.insert(0, sys.argv[1])
 import gpu_tta_peer
@@ -176,6 +183,6 @@ PY
     echo "gpu-check.sh dry runs: skipped (this stalepipe has no --precision)"
   fi
 else
-  echo "GPU peers: skipped (no PyTorch for /usr/bin/python3)"
+  echo "GPU peers: skipped (no PyTorch for $py)"
 fi
 echo "bench scripts ok"

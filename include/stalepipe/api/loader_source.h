@@ -8,7 +8,9 @@
 // For a first partition on a GPU, LoaderSource(loader, torch::Device("cuda:0")) copies each
 // batch to the device `ahead` batches before it is asked for, on a stream of its own (from
 // page-locked memory with LoaderOptions::pin_memory), so the copy overlaps the training of the
-// batches before it; the batch carries the copy's event (exec::Input::ready).
+// batches before it; the batch carries the copy's event (exec::Input::ready). A loader with
+// LoaderOptions::raw_pixels sends uint8 pixels, which are normalised where they land, on that
+// stream (on the CPU, in next()).
 #pragma once
 
 #include <cstdint>
@@ -49,6 +51,7 @@ class LoaderSource : public BatchSource {
   torch::Device device_;
   size_t ahead_;
   std::unique_ptr<exec::DeviceStream> copies_;  // null on the CPU
+  std::optional<data::PixelNormalizer> normalize_;  // on device_, for a loader of raw pixels
   std::optional<data::Prefetcher> prefetch_;
   std::deque<Ahead> read_;  // fetched, not yet returned
   int64_t next_index_ = 0;

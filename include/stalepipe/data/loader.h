@@ -6,8 +6,9 @@
 // produced before, or on how samples are grouped into batches, so a run resumed at
 // (epoch, index) sees exactly the batches an uninterrupted run would have seen.
 //
-// Batch layout: x is float32 [B, C, H', W'] on the CPU (page-locked with pin_memory), y is int64 [B]; B == batch_size except
-// for a partial last batch when drop_last is false. H', W' are H, W raised to pad_to.
+// Batch layout: x is float32 [B, C, H', W'] on the CPU (page-locked with pin_memory), or uint8
+// pixels before normalisation with raw_pixels; y is int64 [B]; B == batch_size except for a
+// partial last batch when drop_last is false. H', W' are H, W raised to pad_to.
 //
 // Pipeline per batch: take the samples (uint8) from the source, each at the output size
 // (below), augment (optional), zero-pad to pad_to (optional; raw pixel 0, so the pad reads
@@ -70,6 +71,10 @@ struct LoaderOptions {
   // Batches in page-locked host memory (as PyTorch's DataLoader pin_memory), for a CUDA
   // partition's asynchronous copy; needs a CUDA LibTorch. The values are the same.
   TORCH_ARG(bool, pin_memory) = false;
+  // x as uint8 pixels, augmented and padded but not normalised, for a GPU to normalise with
+  // normalizer().on(device) after the copy: a quarter of the bytes cross, and the host does
+  // no arithmetic. The values after that equal those of the float batch.
+  TORCH_ARG(bool, raw_pixels) = false;
   // Output size S x S (0: as stored; see above).
   TORCH_ARG(int64_t, image_size) = 0;
   // RandomResizedCrop and a horizontal flip instead of the centred square (training).
@@ -128,18 +133,23 @@ class Loader {
 
   // {C, H', W'}: the shape of one sample in x.
   std::vector<int64_t> output_shape() const;
+  // What turns the pixels of a batch (raw_pixels) into its x, on the CPU.
+  const PixelNormalizer& normalizer() const { return *normalizer_; }
 
  private:
   // Reads and resizes sample `id` into `out` (contiguous [C, S, S]).
   void read_sample(int64_t id, int64_t epoch, uint8_t* out) const;
-  // A batch of an in-memory source: gathered, then augmented, padded and normalised whole.
+  // The pixels of a batch of an in-memory source: gathered, then augmented and padded whole.
   torch::Tensor gathered(const torch::Tensor& ids, int64_t epoch) const;
-  // One sample of any other source, read, augmented, padded and normalised into `out`
-  // (contiguous [C, H', W'] floats), on a decode thread.
+  // x of a batch of any other source, each sample made whole on the decode threads.
+  torch::Tensor made_whole(const int64_t* id, int64_t count, int64_t epoch) const;
+  // One sample of such a source, read, augmented and padded into `out` (contiguous
+  // [C, H', W'] bytes), on a decode thread.
+  void make_raw_sample(int64_t id, int64_t epoch, uint8_t* out) const;
+  // The same sample normalised into `out` (contiguous [C, H', W'] floats).
   void make_sample(int64_t id, int64_t epoch, float* out) const;
   // fn(0..count-1) on the decode threads, or here without a pool.
   void run_samples(int64_t count, const std::function<void(int64_t)>& fn) const;
-  torch::TensorOptions float_options() const;
   // Augments `x` (uint8 [B, C, H, W], contiguous) in place, sample b using ids[b].
   void augment_in_place(torch::Tensor& x, const int64_t* ids, int64_t epoch) const;
 
@@ -151,9 +161,7 @@ class Loader {
   std::shared_ptr<detail::DecodePool> pool_;  // shared by copies: it takes several callers
   int64_t out_height_;
   int64_t out_width_;
-  torch::Tensor scale_;  // float32 [1, C, 1, 1]: 1 / (255 * std)
-  torch::Tensor shift_;  // float32 [1, C, 1, 1]: -mean / std
-  std::vector<float> scale_values_, shift_values_;  // the same, for make_sample
+  std::optional<PixelNormalizer> normalizer_;  // set once the options are checked
 };
 
 // Produces batches [begin, end) of one epoch, in order, on a background thread into a bounded

@@ -1,7 +1,10 @@
 // Per-channel input normalisation: x = (pixel / 255 - mean[c]) / std[c].
 #pragma once
 
+#include <string>
 #include <vector>
+
+#include <torch/types.h>
 
 #include "stalepipe/data/dataset.h"
 
@@ -14,6 +17,38 @@ struct Normalization {
   std::vector<double> std;
 
   bool empty() const { return mean.empty() && std.empty(); }
+};
+
+// Turns uint8 pixels [N, C, H, W] into float32 x = pixel * scale[c] + shift[c] (scale =
+// 1 / (255 std[c]), shift = -mean[c] / std[c]), or pixel / 255 without normalisation, as
+// whole-tensor operations on the pixels' device. Each operation is one IEEE-rounded kernel (a
+// product, then a sum; a true division), so a GPU gives the values the host does: the loader
+// normalises with one on the host, and a GPU that takes raw pixels (LoaderOptions::raw_pixels)
+// with a copy on its device.
+class PixelNormalizer {
+ public:
+  // Throws UsageError for a normalisation whose size differs from `channels` or has a
+  // std <= 0; `data_name` names the data set in the message.
+  PixelNormalizer(const Normalization& normalization, int64_t channels, const std::string& data_name);
+
+  // The same normaliser with its constants on `device`.
+  PixelNormalizer on(torch::Device device) const;
+
+  // pixels: uint8 [N, C, H, W] on this normaliser's device (UsageError otherwise). `pinned`:
+  // the result in page-locked host memory (a CPU normaliser of a CUDA LibTorch).
+  torch::Tensor operator()(const torch::Tensor& pixels, bool pinned = false) const;
+
+  // For code that normalises one value at a time with the same two roundings.
+  bool plain() const { return plain_; }
+  const std::vector<float>& scale_values() const { return scale_values_; }
+  const std::vector<float>& shift_values() const { return shift_values_; }
+
+ private:
+  bool plain_ = true;  // no normalisation: pixel / 255
+  std::vector<float> scale_values_, shift_values_;
+  torch::Tensor scale_;    // float32 [1, C, 1, 1]
+  torch::Tensor shift_;    // float32 [1, C, 1, 1]
+  torch::Tensor divisor_;  // float32 [1]: 255, a tensor so that no device divides by its reciprocal
 };
 
 // The exact mean and population standard deviation of pixel/255 for each channel over every

@@ -8,6 +8,7 @@
 #include "stalepipe/api/loader_source.h"
 #include "stalepipe/common/error.h"
 #include "support/error_of.h"
+#include "support/test_device.h"
 
 namespace stalepipe {
 namespace {
@@ -82,6 +83,26 @@ TEST(LoaderSource, ABatchThatCannotBeReadFailsInItsTurn) {
   EXPECT_NE(error.find(c10::str("sample ", bad, " is damaged")), std::string::npos) << error;
   EXPECT_NE(test::error_of<UsageError>([&] { LoaderSource(loader, torch::kCPU, -1); }).find("ahead must be >= 0"),
             std::string::npos);
+}
+
+// A loader of raw pixels gives LoaderSource uint8 batches, which it normalises where they land
+// (on a GPU test device, copied ahead on its own stream): the float batches, bit for bit.
+TEST(LoaderSource, RawPixelsArriveNormalised) {
+  const torch::Device device = test::test_device();
+  const data::Normalization norm{{0.3}, {0.2}};
+  const auto options = data::LoaderOptions().batch_size(8).seed(3).augment(true).pad_to(12).normalization(norm);
+  const data::Loader floats(std::make_shared<Numbered>(-1), options);
+  const data::Loader pixels(std::make_shared<Numbered>(-1), data::LoaderOptions(options).raw_pixels(true));
+  LoaderSource source(pixels, device, 2);
+  source.start_epoch(1, 0);
+  for (int64_t b = 0; b < floats.batches_per_epoch(); ++b) {
+    const exec::Input in = source.next();
+    ASSERT_TRUE(in.x.defined());
+    EXPECT_EQ(in.x.device(), device);
+    if (in.ready) in.ready->synchronize();
+    EXPECT_TRUE(torch::equal(in.x.cpu(), floats.batch(1, b).x)) << "batch " << b << " on " << device;
+  }
+  EXPECT_FALSE(source.next().x.defined());
 }
 
 }  // namespace

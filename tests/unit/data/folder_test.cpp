@@ -185,11 +185,20 @@ TEST(FolderLoader, BatchesDoNotDependOnTheThreadsAndEqualTheImagesInMemory) {
     const Loader one(f.train, LoaderOptions(options).threads(1));
     const Loader three(f.train, LoaderOptions(options).threads(3));
     const Loader memory(preloaded, options);
+    // Raw pixels, normalised afterwards (as a GPU does): the same bits again.
+    const Loader raw(f.train, LoaderOptions(options).threads(3).raw_pixels(true));
+    const Loader raw_memory(preloaded, LoaderOptions(options).raw_pixels(true));
     for (int64_t b = 0; b < one.batches_per_epoch(); ++b) {
       const Batch a = one.batch(1, b);
       EXPECT_TRUE(torch::equal(a.x, three.batch(1, b).x));
       EXPECT_TRUE(torch::equal(a.x, memory.batch(1, b).x)) << "batch " << b << ", augment " << options.augment();
       EXPECT_TRUE(torch::equal(a.y, memory.batch(1, b).y));
+      for (const Loader* pixels : {&raw, &raw_memory}) {
+        const Batch p = pixels->batch(1, b);
+        ASSERT_EQ(p.x.scalar_type(), torch::kUInt8);
+        EXPECT_TRUE(torch::equal(a.x, pixels->normalizer()(p.x))) << "raw batch " << b << ", augment " << options.augment();
+        EXPECT_TRUE(torch::equal(a.y, p.y));
+      }
     }
   }
   const auto options = LoaderOptions().batch_size(7).seed(3).normalization(norm);

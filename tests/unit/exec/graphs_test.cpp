@@ -4,7 +4,6 @@
 // replay (src/exec/step_graph_impl.h): what these tests check there is the plumbing around the
 // graphs, not a capture. STALEPIPE_TEST_DEVICE=cuda:N (scripts/gpu-check.sh graphs) trains on
 // that GPU with real CUDA graphs instead.
-#include <cstdlib>
 #include <string>
 
 #include <gtest/gtest.h>
@@ -14,6 +13,7 @@
 #include "stalepipe/models/dropout.h"
 #include "support/error_of.h"
 #include "support/pipeline_runs.h"
+#include "support/test_device.h"
 
 namespace stalepipe::test {
 namespace {
@@ -26,8 +26,8 @@ struct GraphTarget {
 };
 
 GraphTarget graph_target() {
-  const char* name = std::getenv("STALEPIPE_TEST_DEVICE");
-  if (name && *name && torch::Device(name).is_cuda()) return {torch::Device(name), exec::GraphMode::kCuda};
+  const torch::Device device = test_device();
+  if (device.is_cuda()) return {device, exec::GraphMode::kCuda};
   return {torch::kCPU, exec::GraphMode::kRerunForTests};
 }
 
