@@ -7,12 +7,17 @@
 #ifndef USE_C10D_GLOO
 #define USE_C10D_GLOO 1
 #endif
+#include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <future>
 #include <memory>
 #include <mutex>
+#include <stdexcept>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
@@ -26,6 +31,50 @@ namespace stalepipe::exec {
 // of partitions and replicas, as the user counts them); "a rank" for a negative rank.
 std::string describe(int rank, int partitions, int replicas);
 
+// How long a reply of a store that answers may take, on top of the wait a call asks for.
+constexpr std::chrono::milliseconds kStoreReply{2000};
+
+// Our calls to the rendezvous store, each with a deadline. LibTorch 2.x's TCPStore client reads
+// some replies without a timeout (the cancellation of a wait that timed out), so behind a cut
+// link one call would hold its caller for good, and every later call, which takes its turn
+// after it. Each call here runs on a thread of its own: one that misses its deadline is left to
+// itself (it ends with the process, and holds the store alive until then), the store counts as
+// out of reach from then on, and that call and every later one throw std::runtime_error at once.
+class StoreCalls {
+ public:
+  explicit StoreCalls(c10::intrusive_ptr<c10d::Store> store) : store_(std::move(store)) {}
+
+  // op(store), within `within`. `op` is copied to the call's thread: capture by value.
+  template <typename Op>
+  auto run(Op op, std::chrono::milliseconds within) -> decltype(op(std::declval<c10d::Store&>())) {
+    using Result = decltype(op(std::declval<c10d::Store&>()));
+    if (lost_) throw std::runtime_error("the store is out of reach (an earlier call got no answer)");
+    auto task = std::make_shared<std::packaged_task<Result()>>([store = store_, op = std::move(op)] { return op(*store); });
+    std::future<Result> result = task->get_future();
+    std::thread([task] { (*task)(); }).detach();
+    if (result.wait_for(within) != std::future_status::ready) {
+      lost_ = true;
+      throw std::runtime_error(c10::str("the store did not answer within ", within.count(), " ms"));
+    }
+    return result.get();
+  }
+
+  // Whether `key` is in the store, or appears within `within`; false where the store is out of
+  // reach. A bounded wait, never check(), which waits for the store's own timeout.
+  bool has(const std::string& key, std::chrono::milliseconds within) {
+    try {
+      run([key, within](c10d::Store& s) { s.wait({key}, within); }, within + kStoreReply);
+      return true;
+    } catch (const std::exception&) {
+      return false;
+    }
+  }
+
+ private:
+  c10::intrusive_ptr<c10d::Store> store_;
+  std::atomic<bool> lost_{false};
+};
+
 // Which peer this rank waits for, told to the others when a wait lasts: a rank that times out
 // waiting for a peer that itself waits for a third rank (a cascade behind a silent rank or a
 // cut link) follows the recorded waits and names the rank at their end, the silent one. A wait
@@ -33,7 +82,7 @@ std::string describe(int rank, int partitions, int replicas);
 // peer) by a thread of its own, and removed when it ends; the store is not touched per message.
 class WaitWatch {
  public:
-  WaitWatch(c10::intrusive_ptr<c10d::Store> store, int rank, std::chrono::milliseconds timeout);
+  WaitWatch(StoreCalls& store, int rank, std::chrono::milliseconds timeout);
   ~WaitWatch();
   // While it lives, this rank waits for `peer` (a negative peer: not recorded).
   class Scope {
@@ -57,8 +106,7 @@ class WaitWatch {
 
  private:
   void run();
-  bool has(const std::string& key, std::chrono::milliseconds within) const;
-  c10::intrusive_ptr<c10d::Store> store_;
+  StoreCalls& store_;
   int rank_;
   std::chrono::milliseconds timeout_;
   std::mutex mutex_;
@@ -77,7 +125,8 @@ struct PendingSend {
 };
 
 struct ProcessGroup::Impl {
-  c10::intrusive_ptr<c10d::Store> store;
+  c10::intrusive_ptr<c10d::Store> store;  // for Gloo's rendezvous
+  std::unique_ptr<StoreCalls> calls;      // ours, on the same store
   c10::intrusive_ptr<c10d::ProcessGroupGloo> group;
   // Sends are posted at once and waited for, in order, by the reaper thread, which only
   // releases their tensors: delivery never waits for the reaper.

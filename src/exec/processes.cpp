@@ -50,7 +50,8 @@ ProcessGroup::ProcessGroup(const ProcessGroupOptions& options, const std::string
   timeout_ = std::chrono::seconds(o.timeout_seconds());
   const std::string where = c10::str(o.master_addr(), ":", o.master_port());
   connect_store(o, where);
-  impl_->watch = std::make_unique<WaitWatch>(impl_->store, rank_, timeout_);
+  impl_->calls = std::make_unique<StoreCalls>(impl_->store);
+  impl_->watch = std::make_unique<WaitWatch>(*impl_->calls, rank_, timeout_);
   compare_configs(config_hash, where, o.timeout_seconds());
   connect_gloo(o, where);
   if (replicas_ > 1) connect_replicas(where);
@@ -86,16 +87,20 @@ void ProcessGroup::connect_store(const ProcessGroupOptions& o, const std::string
 void ProcessGroup::compare_configs(const std::string& config_hash, const std::string& where,
                                    int timeout_seconds) {
   auto key = [](int r) { return c10::str("stalepipe/config/", r); };
-  impl_->store->set(key(rank_), std::vector<uint8_t>(config_hash.begin(), config_hash.end()));
+  StoreCalls& store = *impl_->calls;
+  store.run([k = key(rank_), v = std::vector<uint8_t>(config_hash.begin(), config_hash.end())](c10d::Store& s) {
+    s.set(k, v);
+  }, timeout_);
   std::vector<std::string> keys;
   for (int r = 0; r < size_; ++r) keys.push_back(key(r));
   try {
-    impl_->store->wait(keys, timeout_);
+    store.run([keys, t = timeout_](c10d::Store& s) { s.wait(keys, t); }, timeout_ + kStoreReply);
   } catch (const std::exception& e) {
     std::string missing;
     try {
       for (int r = 0; r < size_; ++r) {
-        if (!impl_->store->check({key(r)})) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+        const bool there = store.run([k = key(r)](c10d::Store& s) { return s.check({k}); }, kStoreReply);
+        if (!there) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
       }
     } catch (const std::exception&) {
       missing = "unknown (the master is gone)";
@@ -106,7 +111,7 @@ void ProcessGroup::compare_configs(const std::string& config_hash, const std::st
   }
   std::string mismatch;
   for (int r = 0; r < size_ && mismatch.empty(); ++r) {
-    const auto bytes = impl_->store->get(key(r));
+    const auto bytes = store.run([k = key(r)](c10d::Store& s) { return s.get(k); }, kStoreReply);
     const std::string other(bytes.begin(), bytes.end());
     if (other != config_hash) {
       mismatch = c10::str("rank ", rank_, ": rank ", r,
@@ -117,11 +122,13 @@ void ProcessGroup::compare_configs(const std::string& config_hash, const std::st
   }
   // Rank 0 serves the store: it stays until every rank has compared, so that each one can
   // report the mismatch itself rather than a lost master.
-  impl_->store->add("stalepipe/compared", 1);
+  auto add = [&store](int64_t value) {
+    return store.run([value](c10d::Store& s) { return s.add("stalepipe/compared", value); }, kStoreReply);
+  };
+  add(1);
   if (rank_ == 0) {
     const auto deadline = std::chrono::steady_clock::now() + timeout_;
-    while (impl_->store->add("stalepipe/compared", 0) < size_ &&
-           std::chrono::steady_clock::now() < deadline) {
+    while (add(0) < size_ && std::chrono::steady_clock::now() < deadline) {
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
   }
@@ -154,7 +161,8 @@ ProcessGroup::~ProcessGroup() {
   if (failed_ && rank_ == 0) {
     const auto deadline = std::chrono::steady_clock::now() + std::min<std::chrono::milliseconds>(timeout_, std::chrono::seconds(3));
     try {
-      while (impl_->store->add("stalepipe/failures", 0) < size_ && std::chrono::steady_clock::now() < deadline) {
+      while (impl_->calls->run([](c10d::Store& s) { return s.add("stalepipe/failures", 0); }, kStoreReply) < size_ &&
+             std::chrono::steady_clock::now() < deadline) {
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
       }
     } catch (const std::exception&) {
@@ -191,7 +199,8 @@ ProcessGroup::~ProcessGroup() {
   if (store) {
     try {
       impl_->watch->record_failure();
-      impl_->store->add("stalepipe/failures", 1);  // read: rank 0 may go (see the destructor)
+      // Read by rank 0 before it goes (see the destructor).
+      impl_->calls->run([](c10d::Store& s) { return s.add("stalepipe/failures", 1); }, kStoreReply);
     } catch (const std::exception&) {
       // Gone with rank 0.
     }
@@ -213,11 +222,13 @@ std::string ProcessGroup::first_loss(int peer, bool timed_out) {
   try {
     if (peer >= 0 && !timed_out) {
       const std::string mine = describe(peer, impl_->partitions, impl_->replicas);
-      const auto v = impl_->store->compareSet(key, {}, std::vector<uint8_t>(mine.begin(), mine.end()));
+      const auto v = impl_->calls->run(
+          [key, mine](c10d::Store& s) { return s.compareSet(key, {}, std::vector<uint8_t>(mine.begin(), mine.end())); },
+          kStoreReply);
       return std::string(v.begin(), v.end());
     }
-    impl_->store->wait({key}, std::chrono::seconds(2));
-    const auto v = impl_->store->get(key);
+    if (!impl_->calls->has(key, std::chrono::seconds(2))) return "";
+    const auto v = impl_->calls->run([key](c10d::Store& s) { return s.get(key); }, kStoreReply);
     return std::string(v.begin(), v.end());
   } catch (const std::exception&) {
     return "";

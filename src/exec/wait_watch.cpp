@@ -9,8 +9,8 @@ std::string wait_key(int rank) { return c10::str("stalepipe/waits/", rank); }
 
 }  // namespace
 
-WaitWatch::WaitWatch(c10::intrusive_ptr<c10d::Store> store, int rank, std::chrono::milliseconds timeout)
-    : store_(std::move(store)), rank_(rank), timeout_(timeout), thread_([this] { run(); }) {}
+WaitWatch::WaitWatch(StoreCalls& store, int rank, std::chrono::milliseconds timeout)
+    : store_(store), rank_(rank), timeout_(timeout), thread_([this] { run(); }) {}
 
 WaitWatch::~WaitWatch() {
   {
@@ -45,11 +45,12 @@ void WaitWatch::run() {
     if (record == recorded_) continue;
     lock.unlock();
     try {
+      const std::string key = wait_key(rank_), value = std::to_string(record);
       if (record >= 0) {
-        const std::string value = std::to_string(record);
-        store_->set(wait_key(rank_), std::vector<uint8_t>(value.begin(), value.end()));
+        store_.run([key, value](c10d::Store& s) { s.set(key, std::vector<uint8_t>(value.begin(), value.end())); },
+                   kStoreReply);
       } else {
-        store_->deleteKey(wait_key(rank_));
+        store_.run([key](c10d::Store& s) { s.deleteKey(key); }, kStoreReply);
       }
     } catch (const std::exception&) {
       // The store is out of reach: the waits of this rank stay unknown to the others.
@@ -59,24 +60,13 @@ void WaitWatch::run() {
   }
 }
 
-// A bounded wait, never check(): a store behind a cut link would hold this rank for the
-// store's own timeout.
-bool WaitWatch::has(const std::string& key, std::chrono::milliseconds within) const {
-  try {
-    store_->wait({key}, within);
-    return true;
-  } catch (const std::exception&) {
-    return false;
-  }
-}
-
 int WaitWatch::silent_one(int peer) const {
   std::set<int> seen{rank_};
   int p = peer;
   try {
-    while (p >= 0 && !seen.count(p) && has(wait_key(p), std::chrono::milliseconds(200))) {
+    while (p >= 0 && !seen.count(p) && store_.has(wait_key(p), std::chrono::milliseconds(200))) {
       seen.insert(p);
-      const auto value = store_->get(wait_key(p));
+      const auto value = store_.run([key = wait_key(p)](c10d::Store& s) { return s.get(key); }, kStoreReply);
       p = std::stoi(std::string(value.begin(), value.end()));
     }
   } catch (const std::exception&) {
@@ -86,17 +76,18 @@ int WaitWatch::silent_one(int peer) const {
 }
 
 void WaitWatch::record_failure() const {
-  store_->set(c10::str("stalepipe/failed/", rank_), std::vector<uint8_t>{1});
+  store_.run([key = c10::str("stalepipe/failed/", rank_)](c10d::Store& s) { s.set(key, std::vector<uint8_t>{1}); },
+             kStoreReply);
 }
 
 int WaitWatch::failed_replica(int rank, int partitions, int replicas) const {
   for (int r = 0; r < replicas; ++r) {
     const int peer = r * partitions + rank % partitions;
-    if (peer != rank && has(c10::str("stalepipe/failed/", peer), std::chrono::milliseconds(1))) return peer;
+    if (peer != rank && store_.has(c10::str("stalepipe/failed/", peer), std::chrono::milliseconds(1))) return peer;
   }
   return -1;
 }
 
-bool WaitWatch::store_answers() const { return has("stalepipe/compared", std::chrono::milliseconds(500)); }
+bool WaitWatch::store_answers() const { return store_.has("stalepipe/compared", std::chrono::milliseconds(500)); }
 
 }  // namespace stalepipe::exec

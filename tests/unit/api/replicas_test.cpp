@@ -160,7 +160,10 @@ TEST(Replicas, EveryScheduleAndAMitigationRunWithReplicas) {
 }
 
 // Without batch norm the replicas' summed gradient is the one pipeline's up to the order of
-// the additions: after 200 steps the weights agree to float rounding's drift.
+// the additions: after 200 steps the weights agree to float rounding's drift. The losses agree
+// to 1e-4 of themselves, or to 1e-7 near zero: a loss is a log-sum-exp less a logit, each
+// rounded at the logits' scale, so a loss of 2e-5 moves by a few of their ulps (LibTorch 2.11's
+// kernels move it by 4e-9).
 TEST(Replicas, TwoReplicasTrainWhatOnePipelineTrainsAtTheSameGlobalBatch) {
   ReplicaRun s;
   s.steps = 200;
@@ -173,7 +176,7 @@ TEST(Replicas, TwoReplicasTrainWhatOnePipelineTrainsAtTheSameGlobalBatch) {
   EXPECT_TRUE(test::all_close(two.replicas[0], one.replicas[0], 1e-4, 1e-6));
   ASSERT_EQ(two.losses.size(), one.losses.size());
   for (size_t i = 0; i < one.losses.size(); ++i) {
-    EXPECT_NEAR(two.losses[i].loss, one.losses[i].loss, 1e-4 * one.losses[i].loss) << "step " << i;
+    EXPECT_NEAR(two.losses[i].loss, one.losses[i].loss, 1e-4 * one.losses[i].loss + 1e-7) << "step " << i;
   }
 }
 
