@@ -191,11 +191,13 @@ ProcessGroup::~ProcessGroup() {
   const bool timed_out = message.find("imed out") != std::string::npos ||
                          message.find("imeout") != std::string::npos;
   auto name = [&](int r) { return describe(r, impl_->partitions, impl_->replicas); };
-  const std::string first = first_loss(peer, timed_out);
-  const bool other = !first.empty() && first != name(peer);
   // A timeout may be a cascade: the peer waits for a third rank, or rank 0's host is cut off.
   const bool store = !timed_out || impl_->watch->store_answers();
   const int silent = timed_out && store ? impl_->watch->silent_one(peer) : peer;
+  const std::string first = store ? first_loss(silent) : std::string();
+  // Not a record naming this rank: a rank that times out closes its connections, and its
+  // other peers may see it go before it has recorded the silent rank.
+  const bool other = !first.empty() && first != name(silent) && first != name(rank_);
   if (store) {
     try {
       impl_->watch->record_failure();
@@ -214,14 +216,15 @@ ProcessGroup::~ProcessGroup() {
 }
 
 // When a rank dies, its neighbours lose their connections, fail, and exit, and the ranks
-// beyond them see those neighbours go: each would name a different rank. The first loss
-// seen directly is recorded in the store (the first record wins), and every rank names it.
-// A rank that saw no direct loss waits a little for a record. Empty if the store is gone too.
-std::string ProcessGroup::first_loss(int peer, bool timed_out) {
+// beyond them see those neighbours go: each would name a different rank. The first loss a rank
+// sees goes on record at once (the first record wins), and every rank names the record: a peer
+// that is gone or, after a timeout, the silent rank at the end of the recorded waits. A rank
+// that knows no peer (`lost` < 0) waits a little for a record. Empty if the store is out of reach.
+std::string ProcessGroup::first_loss(int lost) {
   const std::string key = "stalepipe/first-loss";
   try {
-    if (peer >= 0 && !timed_out) {
-      const std::string mine = describe(peer, impl_->partitions, impl_->replicas);
+    if (lost >= 0) {
+      const std::string mine = describe(lost, impl_->partitions, impl_->replicas);
       const auto v = impl_->calls->run(
           [key, mine](c10d::Store& s) { return s.compareSet(key, {}, std::vector<uint8_t>(mine.begin(), mine.end())); },
           kStoreReply);

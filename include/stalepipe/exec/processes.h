@@ -22,9 +22,10 @@
 // Failures: every wait is bounded by timeout_seconds. A peer that closed its connection (died)
 // or did not answer in time becomes RuntimeError "rank 2 (partition 3) did not answer within
 // 60 s: ..." naming the peer; the error ends the rank's run (the CLI exits), and its own peers
-// see it disappear. The first loss any rank saw directly is recorded in the store, so every
-// rank's message starts with the rank that failed first ("rank 1 (partition 2) failed first;
-// ..."), not a neighbour that went down in the cascade.
+// see it disappear. The first loss any rank saw (a peer gone, or the silent rank behind a
+// timeout) is recorded in the store, so every rank's message starts with the rank that failed
+// first ("rank 1 (partition 2) failed first; ..."), not a neighbour that went down in the
+// cascade.
 // Threading: a ProcessGroup is used by one thread at a time.
 #pragma once
 
@@ -114,7 +115,7 @@ class ProcessGroup {
 
  private:
   [[noreturn]] void fail(int peer, const std::string& what, const std::exception& e);
-  std::string first_loss(int peer, bool timed_out);
+  std::string first_loss(int lost);
   // The constructor's steps: the TCPStore, the configuration check, the Gloo group.
   void connect_store(const ProcessGroupOptions& o, const std::string& where);
   void compare_configs(const std::string& config_hash, const std::string& where, int timeout_seconds);
