@@ -198,28 +198,12 @@ void Loader::make_raw_sample(int64_t id, int64_t epoch, uint8_t* out) const {
   }
 }
 
-// The same values as PixelNormalizer's whole-batch operations, element by element: each is one
-// IEEE operation or two (a product rounded, then a sum), whichever way it is computed.
 void Loader::make_sample(int64_t id, int64_t epoch, float* out) const {
   const int64_t plane_size = out_height_ * out_width_;
-  const int64_t size = source_->channels() * plane_size;
   thread_local std::vector<uint8_t> pixels;
-  pixels.resize(static_cast<size_t>(size));
+  pixels.resize(static_cast<size_t>(source_->channels() * plane_size));
   make_raw_sample(id, epoch, pixels.data());
-  const PixelNormalizer& n = *normalizer_;
-  for (int64_t c = 0; c < source_->channels(); ++c) {
-    const uint8_t* src = pixels.data() + c * plane_size;
-    float* dst = out + c * plane_size;
-    if (n.plain()) {
-      for (int64_t i = 0; i < plane_size; ++i) dst[i] = static_cast<float>(src[i]) / 255.0f;
-    } else {
-      const float scale = n.scale_values()[c], shift = n.shift_values()[c];
-      for (int64_t i = 0; i < plane_size; ++i) {
-        const float scaled = static_cast<float>(src[i]) * scale;
-        dst[i] = scaled + shift;
-      }
-    }
-  }
+  normalizer_->normalize_sample(pixels.data(), plane_size, out);
 }
 
 void Loader::read_sample(int64_t id, int64_t epoch, uint8_t* out) const {

@@ -85,6 +85,23 @@ PixelNormalizer PixelNormalizer::on(torch::Device device) const {
   return moved;
 }
 
+void PixelNormalizer::normalize_sample(const uint8_t* pixels, int64_t plane_size, float* out) const {
+  const int64_t channels = static_cast<int64_t>(scale_values_.size());
+  for (int64_t c = 0; c < channels; ++c) {
+    const uint8_t* src = pixels + c * plane_size;
+    float* dst = out + c * plane_size;
+    if (plain_) {
+      for (int64_t i = 0; i < plane_size; ++i) dst[i] = static_cast<float>(src[i]) / 255.0f;
+    } else {
+      const float scale = scale_values_[c], shift = shift_values_[c];
+      for (int64_t i = 0; i < plane_size; ++i) {
+        const float scaled = static_cast<float>(src[i]) * scale;  // rounded before the sum, as two kernels are
+        dst[i] = scaled + shift;
+      }
+    }
+  }
+}
+
 torch::Tensor PixelNormalizer::operator()(const torch::Tensor& pixels, bool pinned) const {
   SP_CHECK_ARG(pixels.scalar_type() == torch::kUInt8 && pixels.dim() == 4 && pixels.size(1) == scale_.size(1),
                "pixels to normalise: expected uint8 [N, ", scale_.size(1), ", H, W], found ", pixels.dtype(), " ",

@@ -38,8 +38,12 @@ class PixelNormalizer {
   // the result in page-locked host memory (a CPU normaliser of a CUDA LibTorch).
   torch::Tensor operator()(const torch::Tensor& pixels, bool pinned = false) const;
 
-  // For code that normalises one value at a time with the same two roundings.
-  bool plain() const { return plain_; }
+  // One sample's pixels (contiguous [C, plane_size] bytes) into `out` (as many floats) on the
+  // host, value by value, with the same roundings as operator(): the loader's decode threads
+  // normalise each sample as they make it.
+  void normalize_sample(const uint8_t* pixels, int64_t plane_size, float* out) const;
+
+  // The per-channel constants, as floats.
   const std::vector<float>& scale_values() const { return scale_values_; }
   const std::vector<float>& shift_values() const { return shift_values_; }
 
