@@ -14,6 +14,7 @@
 #include <future>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -80,11 +81,15 @@ class StoreCalls {
 // cut link) follows the recorded waits and names the rank at their end, the silent one. A wait
 // that lasts a third of the timeout is written to the store ("stalepipe/waits/<rank>" = the
 // peer) by a thread of its own, and removed when it ends; the store is not touched per message.
+// A collective over every rank waits for no one peer (Gloo relays it): its silent one is a
+// rank that has recorded neither a wait nor a failure, as a rank cut off from the store cannot.
 class WaitWatch {
  public:
-  WaitWatch(StoreCalls& store, int rank, std::chrono::milliseconds timeout);
+  // The peer of a collective over all `size` ranks.
+  static constexpr int kAnyRank = -2;
+  WaitWatch(StoreCalls& store, int rank, int size, std::chrono::milliseconds timeout);
   ~WaitWatch();
-  // While it lives, this rank waits for `peer` (a negative peer: not recorded).
+  // While it lives, this rank waits for `peer` (-1: not recorded).
   class Scope {
    public:
     Scope(WaitWatch* watch, int peer);
@@ -95,7 +100,8 @@ class WaitWatch {
    private:
     WaitWatch* watch_;
   };
-  // The end of the recorded waits from `peer` (peer itself when it records none).
+  // The end of the recorded waits from `peer` (peer itself when it records none); -1 if that
+  // end is a collective and every other rank has recorded something.
   int silent_one(int peer) const;
   // Whether the store (on rank 0's host) answers within half a second.
   bool store_answers() const;
@@ -106,8 +112,9 @@ class WaitWatch {
 
  private:
   void run();
+  int unrecorded_rank(const std::set<int>& skip) const;
   StoreCalls& store_;
-  int rank_;
+  int rank_, size_;
   std::chrono::milliseconds timeout_;
   std::mutex mutex_;
   std::condition_variable changed_;

@@ -51,7 +51,7 @@ ProcessGroup::ProcessGroup(const ProcessGroupOptions& options, const std::string
   const std::string where = c10::str(o.master_addr(), ":", o.master_port());
   connect_store(o, where);
   impl_->calls = std::make_unique<StoreCalls>(impl_->store);
-  impl_->watch = std::make_unique<WaitWatch>(*impl_->calls, rank_, timeout_);
+  impl_->watch = std::make_unique<WaitWatch>(*impl_->calls, rank_, size_, timeout_);
   compare_configs(config_hash, where, o.timeout_seconds());
   connect_gloo(o, where);
   if (replicas_ > 1) connect_replicas(where);
@@ -207,7 +207,7 @@ ProcessGroup::~ProcessGroup() {
       // Gone with rank 0.
     }
   }
-  const std::string who = silent == peer ? name(peer) : c10::str(name(silent), ", which ", name(peer), " waits for,");
+  const std::string who = silent == peer || peer < 0 ? name(silent) : c10::str(name(silent), ", which ", name(peer), " waits for,");
   throw RuntimeError(c10::str(other ? first + " failed first; " : std::string(), who,
                               timed_out ? c10::str(" did not answer within ", timeout_.count() / 1000, " s")
                                         : std::string(" is gone (connection lost; it died or failed)"),
@@ -328,27 +328,31 @@ void ProcessGroup::flush() {
   }
 }
 
+// Of two ranks the other is the one a collective waits for; of more, Gloo's relay order
+// decides which it was, and the store's records tell (WaitWatch).
+int ProcessGroup::collective_peer() const { return size_ == 2 ? 1 - rank_ : WaitWatch::kAnyRank; }
+
 void ProcessGroup::broadcast(torch::Tensor& tensor, int root) {
   std::vector<at::Tensor> tensors{tensor};
   c10d::BroadcastOptions options;
   options.rootRank = root;
+  const WaitWatch::Scope waiting(impl_->watch.get(), collective_peer());
   try {
     if (!impl_->group->broadcast(tensors, options)->wait(timeout_)) {
       throw std::runtime_error("the broadcast was aborted");
     }
   } catch (const std::exception& e) {
-    // Of two ranks the other is the one that did not deliver; of more, Gloo's relay order
-    // decides who it was, and the first-loss record names the cause.
     const std::string what = rank_ == root ? std::string("send a broadcast") : c10::str("receive a broadcast from rank ", root);
-    fail(size_ == 2 ? 1 - rank_ : -1, what, e);
+    fail(collective_peer(), what, e);
   }
 }
 
 void ProcessGroup::barrier() {
+  const WaitWatch::Scope waiting(impl_->watch.get(), collective_peer());
   try {
     if (!impl_->group->barrier()->wait(timeout_)) throw std::runtime_error("the barrier was aborted");
   } catch (const std::exception& e) {
-    fail(size_ == 2 ? 1 - rank_ : -1, "pass a barrier", e);
+    fail(collective_peer(), "pass a barrier", e);
   }
 }
 

@@ -1,16 +1,15 @@
 #include "process_group_impl.h"
 
-#include <set>
-
 namespace stalepipe::exec {
 namespace {
 
 std::string wait_key(int rank) { return c10::str("stalepipe/waits/", rank); }
+std::string failure_key(int rank) { return c10::str("stalepipe/failed/", rank); }
 
 }  // namespace
 
-WaitWatch::WaitWatch(StoreCalls& store, int rank, std::chrono::milliseconds timeout)
-    : store_(store), rank_(rank), timeout_(timeout), thread_([this] { run(); }) {}
+WaitWatch::WaitWatch(StoreCalls& store, int rank, int size, std::chrono::milliseconds timeout)
+    : store_(store), rank_(rank), size_(size), timeout_(timeout), thread_([this] { run(); }) {}
 
 WaitWatch::~WaitWatch() {
   {
@@ -21,7 +20,7 @@ WaitWatch::~WaitWatch() {
   thread_.join();
 }
 
-WaitWatch::Scope::Scope(WaitWatch* watch, int peer) : watch_(peer >= 0 ? watch : nullptr) {
+WaitWatch::Scope::Scope(WaitWatch* watch, int peer) : watch_(peer != -1 ? watch : nullptr) {
   if (!watch_) return;
   std::lock_guard<std::mutex> lock(watch_->mutex_);
   watch_->peer_ = peer;
@@ -40,13 +39,13 @@ void WaitWatch::run() {
   std::unique_lock<std::mutex> lock(mutex_);
   while (!closing_) {
     changed_.wait_for(lock, std::chrono::milliseconds(100));
-    const bool long_wait = peer_ >= 0 && std::chrono::steady_clock::now() - since_ > timeout_ / 3;
+    const bool long_wait = peer_ != -1 && std::chrono::steady_clock::now() - since_ > timeout_ / 3;
     const int record = long_wait ? peer_ : -1;
     if (record == recorded_) continue;
     lock.unlock();
     try {
       const std::string key = wait_key(rank_), value = std::to_string(record);
-      if (record >= 0) {
+      if (record != -1) {
         store_.run([key, value](c10d::Store& s) { s.set(key, std::vector<uint8_t>(value.begin(), value.end())); },
                    kStoreReply);
       } else {
@@ -72,18 +71,28 @@ int WaitWatch::silent_one(int peer) const {
   } catch (const std::exception&) {
     // A record went away meanwhile: the chain ends where it could be read.
   }
-  return p;
+  return p == kAnyRank ? unrecorded_rank(seen) : p;
+}
+
+// The records are there already: a rank in the collective recorded its wait a third of the
+// timeout ago, and a rank records its failure before its wait ends.
+int WaitWatch::unrecorded_rank(const std::set<int>& skip) const {
+  constexpr std::chrono::milliseconds kThere{1};
+  for (int r = 0; r < size_; ++r) {
+    if (!skip.count(r) && !store_.has(wait_key(r), kThere) && !store_.has(failure_key(r), kThere)) return r;
+  }
+  return -1;
 }
 
 void WaitWatch::record_failure() const {
-  store_.run([key = c10::str("stalepipe/failed/", rank_)](c10d::Store& s) { s.set(key, std::vector<uint8_t>{1}); },
+  store_.run([key = failure_key(rank_)](c10d::Store& s) { s.set(key, std::vector<uint8_t>{1}); },
              kStoreReply);
 }
 
 int WaitWatch::failed_replica(int rank, int partitions, int replicas) const {
   for (int r = 0; r < replicas; ++r) {
     const int peer = r * partitions + rank % partitions;
-    if (peer != rank && store_.has(c10::str("stalepipe/failed/", peer), std::chrono::milliseconds(1))) return peer;
+    if (peer != rank && store_.has(failure_key(peer), std::chrono::milliseconds(1))) return peer;
   }
   return -1;
 }

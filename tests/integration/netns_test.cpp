@@ -81,6 +81,8 @@ class TwoHosts : public ::testing::Test {
     return pids;
   }
 
+  void cut_between_replicas(const std::string& data);
+
   std::string ip_;
   Host host_[2];
   bool created_ = false;
@@ -136,9 +138,11 @@ TEST_F(TwoHosts, TwoReplicasOnTwoHostsEqualOneHostBitForBit) {
   expect_same_results(ref, run);
 }
 
-TEST_F(TwoHosts, ACutLinkBetweenReplicasEndsEveryRankWithinTheTimeoutNamingAPeerAcrossIt) {
+// Cuts the link between two replicas, one per host, training on `data`, and checks that every
+// rank ends within the bound, in one line, naming a rank across the cut or the store's host.
+void TwoHosts::cut_between_replicas(const std::string& data) {
   TempDir dir;
-  auto args = train_args("2", 4, dir.file("run"), "processes", 100000, "synthetic:2048");
+  auto args = train_args("2", 4, dir.file("run"), "processes", 100000, data);
   args.insert(args.end(), {"--timeout-seconds", "10", "--lr", "0.005"});
   const std::vector<pid_t> pids = start_replicas(args, dir);
   ASSERT_TRUE(file_shows(dir.file("rank0.log"), "pipeline", 60));
@@ -162,6 +166,15 @@ TEST_F(TwoHosts, ACutLinkBetweenReplicasEndsEveryRankWithinTheTimeoutNamingAPeer
   EXPECT_LT(Clock::now() - cut, std::chrono::seconds(25));
   for (pid_t pid : pids) EXPECT_EQ(::kill(pid, 0), -1) << "pid " << pid << " is still there";
 }
+
+// Epochs of 64 steps: the cut falls in training, mostly in a gradient sum or a register.
+TEST_F(TwoHosts, ACutLinkBetweenReplicasEndsEveryRankWithinTheTimeoutNamingAPeerAcrossIt) {
+  cut_between_replicas("synthetic:2048");
+}
+
+// Epochs of 2 steps, each followed by an evaluation and the broadcast of its totals over all
+// ranks: the cut falls mostly in those, where no one peer is waited for.
+TEST_F(TwoHosts, ACutLinkAtTheEpochsEndsNamesAPeerAcrossIt) { cut_between_replicas("synthetic:64"); }
 
 }  // namespace
 }  // namespace stalepipe::test

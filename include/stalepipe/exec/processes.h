@@ -124,6 +124,8 @@ class ProcessGroup {
   // The rank a failed collective of the replica group waited for: the other one of two, else
   // unknown (-1).
   int other_replica() const;
+  // The rank a failed collective of all ranks waited for: the other one of two, else any.
+  int collective_peer() const;
 
   int rank_ = 0, size_ = 1, replicas_ = 1;
   std::chrono::milliseconds timeout_{60000};

@@ -1,0 +1,68 @@
+// Which rank a timed-out wait names (src/exec/wait_watch.cpp), read from the records the ranks
+// leave in the rendezvous store.
+#include <gtest/gtest.h>
+
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
+
+#include "exec/process_group_impl.h"
+
+namespace stalepipe::exec {
+namespace {
+
+using std::chrono::milliseconds;
+
+class WaitWatchTest : public ::testing::Test {
+ protected:
+  void waits(int rank, int peer) { set(c10::str("stalepipe/waits/", rank), std::to_string(peer)); }
+  void failed(int rank) { set(c10::str("stalepipe/failed/", rank), "1"); }
+  void set(const std::string& key, const std::string& value) {
+    store_->set(key, std::vector<uint8_t>(value.begin(), value.end()));
+  }
+  c10::intrusive_ptr<c10d::Store> store_ = c10::make_intrusive<c10d::HashStore>();
+  StoreCalls calls_{store_};
+  WaitWatch watch_{calls_, /*rank=*/0, /*size=*/5, milliseconds(3000)};
+};
+
+TEST_F(WaitWatchTest, AChainOfWaitsEndsAtTheRankThatRecordsNone) {
+  waits(1, 2);
+  waits(2, 3);
+  EXPECT_EQ(watch_.silent_one(1), 3);
+  EXPECT_EQ(watch_.silent_one(4), 4);
+  waits(3, 0);  // back to this rank: a cycle ends where it closes
+  EXPECT_EQ(watch_.silent_one(1), 0);
+}
+
+// A rank cut off from the store records nothing: the ranks waiting in a collective beside it,
+// or failed already, are not the silent one.
+TEST_F(WaitWatchTest, ACollectiveNamesTheFirstRankWithNoRecord) {
+  waits(1, WaitWatch::kAnyRank);
+  failed(2);
+  EXPECT_EQ(watch_.silent_one(WaitWatch::kAnyRank), 3);
+  waits(3, WaitWatch::kAnyRank);
+  EXPECT_EQ(watch_.silent_one(WaitWatch::kAnyRank), 4);
+  waits(4, 1);
+  EXPECT_EQ(watch_.silent_one(WaitWatch::kAnyRank), -1) << "every other rank left a record";
+}
+
+TEST_F(WaitWatchTest, AChainEndingInACollectiveNamesARankOutsideTheChain) {
+  waits(1, 2);
+  waits(2, WaitWatch::kAnyRank);
+  waits(3, WaitWatch::kAnyRank);
+  EXPECT_EQ(watch_.silent_one(1), 4);
+}
+
+// The watch records a wait once it has lasted a third of the timeout, and takes it back after.
+TEST_F(WaitWatchTest, ALongWaitInACollectiveGoesOnRecordAndOffAgain) {
+  WaitWatch other(calls_, /*rank=*/3, /*size=*/5, milliseconds(300));
+  {
+    const WaitWatch::Scope waiting(&other, WaitWatch::kAnyRank);
+    ASSERT_TRUE(calls_.has("stalepipe/waits/3", milliseconds(2000)));
+    const auto value = store_->get("stalepipe/waits/3");
+    EXPECT_EQ(std::string(value.begin(), value.end()), std::to_string(WaitWatch::kAnyRank));
+  }
+  for (int i = 0; i < 100 && store_->check({"stalepipe/waits/3"}); ++i) std::this_thread::sleep_for(milliseconds(20));
+  EXPECT_FALSE(store_->check({"stalepipe/waits/3"}));
+}
+
+}  // namespace
+}  // namespace stalepipe::exec
