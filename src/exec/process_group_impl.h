@@ -7,6 +7,7 @@
 #ifndef USE_C10D_GLOO
 #define USE_C10D_GLOO 1
 #endif
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -61,10 +62,17 @@ class StoreCalls {
   }
 
   // Whether `key` is in the store, or appears within `within`; false where the store is out of
-  // reach. A bounded wait, never check(), which waits for the store's own timeout.
+  // reach. Polled with check(), never a store wait: a TCPStore wait that times out leaves its
+  // waiter with the server, whose late answer (once the key is set) LibTorch 1.13's client reads
+  // as the reply to a later call, and 2.x's client cancels it and awaits that without a timeout.
   bool has(const std::string& key, std::chrono::milliseconds within) {
+    const auto deadline = std::chrono::steady_clock::now() + within;
     try {
-      run([key, within](c10d::Store& s) { s.wait({key}, within); }, within + kStoreReply);
+      while (!run([key](c10d::Store& s) { return s.check({key}); }, kStoreReply)) {
+        const auto left = deadline - std::chrono::steady_clock::now();
+        if (left <= std::chrono::steady_clock::duration::zero()) return false;
+        std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(left, std::chrono::milliseconds(10)));
+      }
       return true;
     } catch (const std::exception&) {
       return false;

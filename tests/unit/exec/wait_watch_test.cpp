@@ -1,8 +1,8 @@
 // Which rank a timed-out wait names (src/exec/wait_watch.cpp), read from the records the ranks
-// leave in the rendezvous store.
+// leave in the rendezvous store, and the bounded store calls those are read with.
 #include <gtest/gtest.h>
 
-#include <torch/csrc/distributed/c10d/HashStore.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include "exec/process_group_impl.h"
 
@@ -16,12 +16,29 @@ class WaitWatchTest : public ::testing::Test {
   void waits(int rank, int peer) { set(c10::str("stalepipe/waits/", rank), std::to_string(peer)); }
   void failed(int rank) { set(c10::str("stalepipe/failed/", rank), "1"); }
   void set(const std::string& key, const std::string& value) {
-    store_->set(key, std::vector<uint8_t>(value.begin(), value.end()));
+    calls_.run([key, bytes = std::vector<uint8_t>(value.begin(), value.end())](c10d::Store& s) { s.set(key, bytes); },
+               milliseconds(2000));
   }
-  c10::intrusive_ptr<c10d::Store> store_ = c10::make_intrusive<c10d::HashStore>();
+  // A TCPStore on a free port, as the ranks use.
+  c10::intrusive_ptr<c10d::Store> store_ = c10::make_intrusive<c10d::TCPStore>(
+      "127.0.0.1", c10d::TCPStoreOptions{/*port=*/0, /*isServer=*/true, /*numWorkers=*/c10::nullopt,
+                                         /*waitWorkers=*/false, /*timeout=*/milliseconds(5000)});
   StoreCalls calls_{store_};
   WaitWatch watch_{calls_, /*rank=*/0, /*size=*/5, milliseconds(3000)};
 };
+
+// A key looked for in vain, set afterwards, must not disturb the calls that follow (a timed-out
+// TCPStore wait would leave its waiter with the server, which answers once the key is set).
+TEST_F(WaitWatchTest, AKeyLookedForInVainThenSetLeavesLaterCallsTheirAnswers) {
+  set("there", "yes");
+  EXPECT_FALSE(calls_.has("late", milliseconds(50)));
+  set("late", "now");
+  for (int i = 0; i < 3; ++i) {
+    const auto value = calls_.run([](c10d::Store& s) { return s.get("there"); }, milliseconds(2000));
+    EXPECT_EQ(std::string(value.begin(), value.end()), "yes");
+  }
+  EXPECT_TRUE(calls_.has("late", milliseconds(50)));
+}
 
 TEST_F(WaitWatchTest, AChainOfWaitsEndsAtTheRankThatRecordsNone) {
   waits(1, 2);
