@@ -172,12 +172,13 @@ ProcessGroup::~ProcessGroup() {
   {
     std::lock_guard<std::mutex> lock(impl_->mutex);
     impl_->closing = true;
-    if (failed_) impl_->pending.clear();
   }
   impl_->changed.notify_all();
   if (failed_) {
     // Peers are gone or broken: Gloo's teardown could wait for them. The process is about to
-    // report the error and exit, so the group is left as it is.
+    // report the error and exit, so the group is left as it is, with the sends still pending:
+    // destroying one while the reaper waits on another races with Gloo, which signals every
+    // buffer of a broken connection from the waiting thread.
     impl_->reaper.detach();
     (void)impl_.release();
     return;
