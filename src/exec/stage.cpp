@@ -313,6 +313,7 @@ StageTensors Stage::backward(int64_t step, const StageTensors& grad_output, int 
   if (p.slot >= 0) {
     grad_input = graphed_backward(p, grads);
   } else {
+    if (graphs_) ++graphs_->eager_passes;
     detail::backward_from(roots, grads);
     if (p.head_output.defined()) recompute_backward(step, micro, p);
     if (!is_first()) grad_input.main = p.input.grad();

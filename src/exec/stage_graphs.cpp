@@ -97,6 +97,8 @@ std::vector<std::string> Stage::take_notes() {
 
 int64_t Stage::graphed_passes() const { return graphs_ ? graphs_->passes : 0; }
 
+int64_t Stage::eager_passes() const { return graphs_ ? graphs_->eager_passes : 0; }
+
 void Stage::drop_graphs() {
   SP_CHECK(in_flight_.empty(), "partition ", index_ + 1, ": graphs dropped with mini-batches in flight");
   if (!graphs_) return;
@@ -120,8 +122,12 @@ bool Stage::graphed_forward(int64_t step, int micro, Pending& p, const torch::Te
   const std::string shapes = shapes_of(p.input, p.skip_inputs, y, loss_scale);
   // The first forward's shapes, a whole mini-batch's (a partial one comes last in an epoch).
   if (g.shapes.empty()) g.shapes = shapes;
-  if (g.eager_updates < g.settings.eager_steps) return false;
+  if (g.eager_updates < g.settings.eager_steps) {
+    ++g.eager_passes;
+    return false;
+  }
   if (shapes != g.shapes) {
+    ++g.eager_passes;
     if (!std::exchange(g.noted, true)) {
       g.notes.push_back(c10::str(g.where, ", mini-batch ", step, " has ", shapes,
                                  ", not the captured ", g.shapes, "; passes of other shapes run without graphs"));
@@ -203,6 +209,7 @@ bool Stage::graphed_update(double lr, int delay) {
     g.had_gradient.assign(params.size(), false);
     for (size_t i = 0; i < params.size(); ++i) g.had_gradient[i] = params[i].grad().defined();
     ++g.eager_updates;
+    ++g.eager_passes;
     return false;
   }
   const auto on_stream = stream_->enter();

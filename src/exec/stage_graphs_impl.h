@@ -32,6 +32,7 @@ struct Stage::Graphs {
   std::string where;  // "<option>: partition k", how its messages begin
   int eager_updates = 0;
   int64_t passes = 0;  // graphed ones
+  int64_t eager_passes = 0;  // ones that ran eagerly instead
   // The parameters' gradients were made to stay (allocated before the first capture): zeroed
   // in place from then on, never dropped.
   bool armed = false;

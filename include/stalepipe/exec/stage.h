@@ -132,8 +132,10 @@ class Stage {
   // The notes since the last call: a pass that ran eagerly because its shapes differ from
   // the captured ones (a last partial batch), once per stage.
   std::vector<std::string> take_notes();
-  // The passes (forwards, backwards, updates) that ran as a graph, captured or replayed.
+  // The passes (forwards, backwards, updates) that ran as a graph, captured or replayed, and
+  // those that ran eagerly while graphs were on (the warm-up, other shapes); both 0 without.
   int64_t graphed_passes() const;
+  int64_t eager_passes() const;
   // Forgets the captured graphs (the next passes capture new ones); after the weights or the
   // optimizer's state were replaced, as a checkpoint's load does. Nothing may be in flight.
   void drop_graphs();
