@@ -82,9 +82,12 @@ std::optional<StepLoss> PipelineTrainer::feed(torch::Tensor x, torch::Tensor y) 
   Feeder& f = *feeder_;
   if (f.thread.joinable() && next_step_ >= f.segment_end) join_segment();  // ended by itself
   if (!f.thread.joinable()) start_segment();
+  // Partition 1's stream reads x after what the caller's stream wrote into it.
+  exec::Input in{std::move(x), std::move(y)};
+  in.ready = exec::current_stream(in.x.device())->record();
   {
     std::lock_guard<std::mutex> lock(f.mutex);
-    f.inputs.push_back(exec::Input{std::move(x), std::move(y)});
+    f.inputs.push_back(std::move(in));
     f.changed.notify_all();
   }
   ++next_step_;

@@ -7,7 +7,7 @@ namespace stalepipe {
 LoaderSource::LoaderSource(const data::Loader& loader, torch::Device device, int ahead)
     : loader_(loader), device_(device), ahead_(static_cast<size_t>(ahead)) {
   SP_CHECK_ARG(ahead >= 0, "LoaderSource: ahead must be >= 0, got ", ahead);
-  if (device.is_cuda()) copies_ = exec::make_stream(device);
+  copies_ = exec::make_stream(device);
   if (loader.options().raw_pixels()) normalize_ = loader.normalizer().on(device);
 }
 
@@ -29,17 +29,13 @@ LoaderSource::Ahead LoaderSource::fetch() {
   SP_CHECK(batch->index == next_index_, "data loader out of step at batch ", next_index_);
   ++next_index_;
   exec::Input in{batch->x, batch->y, batch->samples};
-  if (copies_) {
-    const auto on_stream = copies_->enter();
-    // Asynchronous from page-locked memory; the caching host allocator keeps the host block
-    // until the copy is done.
-    in.x = in.x.to(device_, /*non_blocking=*/true);
-    in.target = in.target.to(device_, /*non_blocking=*/true);
-    if (normalize_) in.x = (*normalize_)(in.x);
-    in.ready = copies_->record();
-  } else if (normalize_) {
-    in.x = (*normalize_)(in.x);
-  }
+  const auto on_stream = copies_->enter();
+  // On a GPU, asynchronous from page-locked memory; the caching host allocator keeps the host
+  // block until the copy is done. On the CPU the copies are the tensors themselves.
+  in.x = in.x.to(device_, /*non_blocking=*/true);
+  in.target = in.target.to(device_, /*non_blocking=*/true);
+  if (normalize_) in.x = (*normalize_)(in.x);
+  in.ready = copies_->record();
   return {std::move(in), nullptr};
 }
 

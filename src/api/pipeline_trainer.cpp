@@ -264,6 +264,8 @@ EvalResult PipelineTrainer::evaluate(BatchSource& test) {
     exec::Input in = group_->owns(0) ? test.next() : exec::Input{};
     const int64_t known = test.batches_per_epoch();
     if (group_->owns(0) ? !in.x.defined() : b >= known) break;
+    // The prediction runs on this thread's current stream, after the batch's copy ahead.
+    if (in.ready) exec::current_stream(in.x.device())->wait(in.ready.get());
     auto [out, target] = group_->predict(*pipeline_, in.x, in.target, b);
     if (!out.defined()) continue;
     const double n = static_cast<double>(target.size(0));

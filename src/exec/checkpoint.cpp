@@ -55,6 +55,9 @@ torch::serialize::OutputArchive stage_archive(Stage& stage) {
 }
 
 void load_stage(torch::serialize::InputArchive& archive, Stage& stage) {
+  // Work still queued on the partition's stream (a run that failed) may write the memory that
+  // the load frees or overwrites.
+  stage.stream().synchronize();
   stage.drop_graphs();  // the load may put weights and momentum buffers elsewhere
   stage.module()->load(archive);
   stage.optimizer().load(archive);

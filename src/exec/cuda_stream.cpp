@@ -34,8 +34,7 @@ class CudaScope final : public DeviceStream::Scope {
 
 class CudaStream final : public DeviceStream {
  public:
-  explicit CudaStream(const torch::Device& device)
-      : device_(device), stream_(c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device.index())) {}
+  CudaStream(const torch::Device& device, const c10::cuda::CUDAStream& stream) : device_(device), stream_(stream) {}
   torch::Device device() const override { return device_; }
   std::unique_ptr<Scope> enter() override { return std::make_unique<CudaScope>(stream_); }
   std::shared_ptr<const StreamEvent> record() override { return std::make_shared<CudaEvent>(stream_); }
@@ -66,7 +65,11 @@ class CudaStream final : public DeviceStream {
 }  // namespace
 
 std::unique_ptr<DeviceStream> make_cuda_stream(const torch::Device& device) {
-  return std::make_unique<CudaStream>(device);
+  return std::make_unique<CudaStream>(device, c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device.index()));
+}
+
+std::unique_ptr<DeviceStream> current_cuda_stream(const torch::Device& device) {
+  return std::make_unique<CudaStream>(device, c10::cuda::getCurrentCUDAStream(device.index()));
 }
 
 }  // namespace stalepipe::exec::detail
@@ -78,6 +81,8 @@ namespace stalepipe::exec::detail {
 std::unique_ptr<DeviceStream> make_cuda_stream(const torch::Device& device) {
   throw UsageError(c10::str("device ", device.str(), ": this build's LibTorch has no CUDA"));
 }
+
+std::unique_ptr<DeviceStream> current_cuda_stream(const torch::Device& device) { return make_cuda_stream(device); }
 
 }  // namespace stalepipe::exec::detail
 

@@ -16,5 +16,7 @@ inline constexpr bool kCudaStreams = false;
 
 // A stream from LibTorch's pool on `device` (a present CUDA device). Only where kCudaStreams.
 std::unique_ptr<DeviceStream> make_cuda_stream(const torch::Device& device);
+// The calling thread's current stream of `device`. Only where kCudaStreams.
+std::unique_ptr<DeviceStream> current_cuda_stream(const torch::Device& device);
 
 }  // namespace stalepipe::exec::detail

@@ -1,5 +1,8 @@
 #include "stalepipe/exec/device_stream.h"
 
+#include <atomic>
+
+#include "cpu_streams_impl.h"
 #include "cuda_stream_impl.h"
 #include "stalepipe/common/device.h"
 #include "stalepipe/common/error.h"
@@ -21,16 +24,40 @@ class CpuStream final : public DeviceStream {
   void synchronize() override {}
 };
 
+std::atomic<detail::CpuStreams*> cpu_streams{nullptr};
+
+void check_drivable(const torch::Device& device) {
+  SP_CHECK_ARG(!device.is_cuda() || built_with_cuda(), "device ", device.str(),
+               ": this build's LibTorch has no CUDA (build against a CUDA LibTorch, scripts/gpu-check.sh)");
+  check_device(device, "device");
+}
+
 }  // namespace
+
+namespace detail {
+
+CpuStreams* set_cpu_streams(CpuStreams* streams) { return cpu_streams.exchange(streams); }
+
+}  // namespace detail
 
 bool built_with_cuda() { return detail::kCudaStreams; }
 
 std::unique_ptr<DeviceStream> make_stream(const torch::Device& device) {
-  if (device.is_cpu()) return std::make_unique<CpuStream>();
-  SP_CHECK_ARG(!device.is_cuda() || built_with_cuda(), "device ", device.str(),
-               ": this build's LibTorch has no CUDA (build against a CUDA LibTorch, scripts/gpu-check.sh)");
-  check_device(device, "device");
+  if (device.is_cpu()) {
+    detail::CpuStreams* streams = cpu_streams.load();
+    return streams ? streams->make() : std::make_unique<CpuStream>();
+  }
+  check_drivable(device);
   return detail::make_cuda_stream(device);
+}
+
+std::unique_ptr<DeviceStream> current_stream(const torch::Device& device) {
+  if (device.is_cpu()) {
+    detail::CpuStreams* streams = cpu_streams.load();
+    return streams ? streams->current() : std::make_unique<CpuStream>();
+  }
+  check_drivable(device);
+  return detail::current_cuda_stream(device);
 }
 
 }  // namespace stalepipe::exec

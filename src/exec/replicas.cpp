@@ -114,7 +114,7 @@ class LocalReplicas::Peers final : public ReplicaPeers {
  public:
   Peers(LocalReplicas& all, int replica, int partition) : all_(all), replica_(replica), partition_(partition) {}
   void reduce_gradients() override {
-    if (all_.blocking_) all_.reduce_gradients(partition_);
+    if (all_.blocking_) all_.reduce_gradients(partition_, replica_);
   }
   std::optional<StepLoss> combine_loss(const StepLoss& loss) override { return all_.combine_loss(replica_, loss); }
 
@@ -127,6 +127,7 @@ LocalReplicas::LocalReplicas(std::vector<Stage*> stages, int partitions, const S
                              bool blocking)
     : stages_(std::move(stages)), partitions_(partitions), replicas_(static_cast<int>(stages_.size()) / partitions),
       context_(context), blocking_(blocking), meetings_(static_cast<size_t>(partitions)) {
+  for (Meeting& m : meetings_) m.ready.resize(static_cast<size_t>(replicas_));
   for (int r = 0; r < replicas_; ++r) {
     // Replica 0 runs at most a pipeline's depth ahead of the others: no push ever waits.
     slices_.push_back(std::make_unique<Channel<exec::Input>>(std::numeric_limits<size_t>::max()));
@@ -171,8 +172,9 @@ exec::Input LocalReplicas::next_slice(int replica, int64_t step) {
   exec::Input first;
   for (int r = 0; r < replicas_; ++r) {
     const auto [begin, end] = slice_range(n, replicas_, r);
+    // Views of the whole batch: each replica's stream waits for the batch's own event.
     exec::Input slice{whole.x.narrow(0, begin, end - begin), whole.target.narrow(0, begin, end - begin),
-                      whole.batch_samples > 0 ? whole.batch_samples : n};
+                      whole.batch_samples > 0 ? whole.batch_samples : n, whole.ready};
     if (r == 0) {
       first = std::move(slice);
     } else {
@@ -183,6 +185,16 @@ exec::Input LocalReplicas::next_slice(int replica, int64_t step) {
 }
 
 void LocalReplicas::reduce_partition(int partition) {
+  std::vector<Event> ready;
+  for (int r = 0; r < replicas_; ++r) ready.push_back(stages_[r * partitions_ + partition]->stream().record());
+  const Event summed = sum_gradients(partition, 0, ready);
+  for (int r = 1; r < replicas_; ++r) stages_[r * partitions_ + partition]->stream().wait(summed.get());
+}
+
+LocalReplicas::Event LocalReplicas::sum_gradients(int partition, int summer, const std::vector<Event>& ready) {
+  DeviceStream& stream = stages_[summer * partitions_ + partition]->stream();
+  const auto on_stream = stream.enter();
+  for (const Event& e : ready) stream.wait(e.get());
   const GradientBuckets& layout = buckets_[partition];
   for (size_t b = 0; b < layout.size(); ++b) {
     std::vector<torch::Tensor> packs;
@@ -190,27 +202,42 @@ void LocalReplicas::reduce_partition(int partition) {
     const torch::Tensor sum = sum_in_order(packs);
     for (int r = 0; r < replicas_; ++r) buckets_[r * partitions_ + partition].unpack(b, sum);
   }
+  // A gradient the sum allocated for another replica is freed on that replica's stream: its
+  // memory must not be reused before that stream's work queued by then is done.
+  for (int r = 0; r < replicas_; ++r) {
+    if (r == summer) continue;
+    Stage& other = *stages_[r * partitions_ + partition];
+    for (const torch::Tensor& p : other.optimizer().params()) other.stream().hold(p.grad());
+  }
+  return stream.record();
 }
 
-// The last replica to arrive computes the sum for all; the others wait for it.
-void LocalReplicas::reduce_gradients(int partition) {
+// The last replica to arrive computes the sum for all, on its stream; the others wait for it,
+// then order their streams after it.
+void LocalReplicas::reduce_gradients(int partition, int replica) {
+  DeviceStream& mine = stages_[replica * partitions_ + partition]->stream();
   std::unique_lock<std::mutex> lock(mutex_);
   Meeting& m = meetings_[partition];
+  m.ready[replica] = mine.record();
   const int64_t generation = m.generation;
   if (++m.arrived < replicas_) {
     changed_.wait(lock, [&] { return closed_ || m.generation != generation; });
     if (m.generation == generation) throw Cancelled();
+    mine.wait(m.summed.get());
     return;
   }
   m.arrived = 0;
+  const std::vector<Event> ready = m.ready;
   lock.unlock();
+  Event summed;
   try {
-    reduce_partition(partition);
+    summed = sum_gradients(partition, replica, ready);
   } catch (...) {
     close();
     throw;
   }
   lock.lock();
+  m.summed = std::move(summed);
   ++m.generation;
   changed_.notify_all();
 }

@@ -88,7 +88,9 @@ class LocalReplicas {
   // The context replica r's workers run with: its slice for input, no stop flag of its own.
   SegmentContext context_for(int replica) const;
   ReplicaPeers& peers(int replica, int partition);
-  // Sums partition k's gradients over the replicas into each of them.
+  // Sums partition k's gradients over the replicas into each of them, ordered after the work
+  // queued so far on every replica's stream, and orders each replica's later work after the
+  // sum (the emulated executor, which runs every replica on its one thread).
   void reduce_partition(int partition);
   // Replica 0's batch-norm statistics (and every other buffer) into the other replicas.
   void copy_buffers();
@@ -96,12 +98,18 @@ class LocalReplicas {
 
  private:
   class Peers;
+  using Event = std::shared_ptr<const StreamEvent>;
   struct Meeting {  // the replicas of one partition waiting for their sum
     int arrived = 0;
     int64_t generation = 0;
+    std::vector<Event> ready;  // [replica]: after the backward that wrote its gradients
+    Event summed;              // after the sum was written into every replica's gradients
   };
   exec::Input next_slice(int replica, int64_t step);
-  void reduce_gradients(int partition);
+  // Replica `replica` of `partition` has its gradients queued and waits for the others.
+  void reduce_gradients(int partition, int replica);
+  // The sum on replica `summer`'s stream, after each replica's `ready`; returns its event.
+  Event sum_gradients(int partition, int summer, const std::vector<Event>& ready);
   std::optional<StepLoss> combine_loss(int replica, const StepLoss& loss);
 
   std::vector<Stage*> stages_;

@@ -121,6 +121,7 @@ void Stage::begin_segment(const schedule::Schedule& schedule, std::function<doub
 }
 
 void Stage::clear_in_flight() {
+  stream_->synchronize();
   in_flight_.clear();
   delay_.clear();
   // A backward whose update never ran left its gradient: the next update (after a load())

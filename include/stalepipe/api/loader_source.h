@@ -50,7 +50,7 @@ class LoaderSource : public BatchSource {
   const data::Loader& loader_;
   torch::Device device_;
   size_t ahead_;
-  std::unique_ptr<exec::DeviceStream> copies_;  // null on the CPU
+  std::unique_ptr<exec::DeviceStream> copies_;  // where the batches are copied and normalised
   std::optional<data::PixelNormalizer> normalize_;  // on device_, for a loader of raw pixels
   std::optional<data::Prefetcher> prefetch_;
   std::deque<Ahead> read_;  // fetched, not yet returned

@@ -206,6 +206,9 @@ class PipelineTrainer {
   // pipeline fills after construction or flush()). Blocks only until that loss exists; the
   // executor keeps working on the later mini-batches. Throws UsageError after finish(), with
   // the processes executor, or for x/y with different batch sizes.
+  // x and y are read later, on the partitions' own threads and GPU streams, after the work the
+  // caller queued on its current stream before this call (on a GPU, a non_blocking copy or a
+  // normalisation): the caller must not modify them afterwards (make a new tensor per batch).
   std::optional<StepLoss> feed(torch::Tensor x, torch::Tensor y);
   // Drains the pipeline: every fed mini-batch finishes its backward and update. Returns the
   // losses feed() has not returned yet, in step order. Feeding may continue afterwards.

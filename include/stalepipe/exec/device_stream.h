@@ -57,6 +57,12 @@ class DeviceStream {
 // CUDA) or that is absent.
 std::unique_ptr<DeviceStream> make_stream(const torch::Device& device);
 
+// The calling thread's current stream of `device` (outside any DeviceStream::enter, the
+// default one), as a DeviceStream that refers to it: an event recorded there orders what the
+// caller wrote before a partition's stream reads it; a wait there orders the caller's later
+// work after another stream's. Throws UsageError as make_stream does.
+std::unique_ptr<DeviceStream> current_stream(const torch::Device& device);
+
 // Whether this build's LibTorch drives CUDA devices.
 bool built_with_cuda();
 

@@ -192,7 +192,8 @@ class Stage {
 
   size_t in_flight() const { return in_flight_.size(); }
   // Drops the mini-batches in flight and the gradients not yet applied (after a failure);
-  // the weights stay as they are.
+  // the weights stay as they are. Waits first for the work queued on the stage's stream, which
+  // may still write what this frees or zeroes.
   void clear_in_flight();
 
   torch::nn::Sequential& module() { return module_; }

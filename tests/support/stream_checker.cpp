@@ -1,0 +1,286 @@
+#include "support/stream_checker.h"
+
+#include <algorithm>
+#include <atomic>
+#include <map>
+#include <mutex>
+#include <unordered_map>
+
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/record_function.h>
+#include <c10/core/Storage.h>
+#include <c10/util/StringUtil.h>
+
+#include "exec/cpu_streams_impl.h"
+#include "stalepipe/common/error.h"
+
+namespace stalepipe::test {
+namespace {
+
+// Per stream: the number of that stream's operations known to be done (a vector clock).
+using Clock = std::vector<uint64_t>;
+
+void join(Clock& into, const Clock& other) {
+  if (into.size() < other.size()) into.resize(other.size(), 0);
+  for (size_t i = 0; i < other.size(); ++i) into[i] = std::max(into[i], other[i]);
+}
+
+uint64_t at(const Clock& clock, size_t stream) { return stream < clock.size() ? clock[stream] : 0; }
+
+// What an operation writes, from its schema: arguments annotated (a!), returns that are fresh
+// tensors or written aliases (a view's return is not a write).
+struct Access {
+  bool known = false;
+  bool view = false;  // returns views and writes nothing: touches no data
+  std::vector<bool> writes_argument;
+  std::vector<bool> writes_return;
+};
+
+Access access_of(const at::RecordFunction& fn) {
+  Access access;
+  const c10::optional<c10::OperatorName> name = fn.operator_name();
+  if (!name) return access;
+  const auto handle = c10::Dispatcher::singleton().findSchema(*name);
+  if (!handle) return access;
+  const c10::FunctionSchema& schema = handle->schema();
+  access.known = true;
+  for (const c10::Argument& a : schema.arguments()) access.writes_argument.push_back(a.alias_info() && a.alias_info()->isWrite());
+  for (const c10::Argument& r : schema.returns()) access.writes_return.push_back(!r.alias_info() || r.alias_info()->isWrite());
+  const auto none = [](const std::vector<bool>& v) { return std::none_of(v.begin(), v.end(), [](bool b) { return b; }); };
+  access.view = !schema.returns().empty() && none(access.writes_argument) && none(access.writes_return);
+  return access;
+}
+
+template <typename F>
+void for_each_tensor(const c10::IValue& value, F&& f) {
+  if (value.isTensor()) {
+    f(value.toTensor());
+  } else if (value.isTensorList()) {
+    for (const at::Tensor& t : value.toTensorVector()) f(t);
+  }
+}
+
+// The checker the callbacks report to; a thread is watched by the checker of its generation.
+std::atomic<StreamChecker::State*> active{nullptr};
+std::atomic<uint64_t> generation{0};
+thread_local uint64_t watched_generation = 0;
+thread_local std::vector<size_t> entered;  // the streams this thread is in, innermost last
+
+bool watched() { return watched_generation != 0 && watched_generation == generation.load(); }
+
+void watch_this_thread() {
+  if (watched()) return;
+  watched_generation = generation.load();
+  entered.clear();
+}
+
+// 0: the default stream.
+size_t current_id() { return watched() && !entered.empty() ? entered.back() : 0; }
+
+std::string stream_name(size_t id) { return id == 0 ? std::string("the default stream") : c10::str("stream ", id); }
+
+}  // namespace
+
+struct StreamChecker::State final : exec::detail::CpuStreams {
+  struct Write {
+    c10::weak_intrusive_ptr<c10::StorageImpl> storage;  // keeps the key's address from reuse
+    size_t stream;
+    uint64_t point;  // the writing stream's count of operations at the write
+    std::string op;
+  };
+
+  mutable std::mutex mutex;
+  std::vector<Clock> streams{Clock(1, 0)};  // [id]: what each stream's work is ordered after
+  Clock host;                               // what a host thread has waited for
+  std::unordered_map<const c10::StorageImpl*, Write> writes;
+  size_t writes_since_purge = 0;
+  std::map<std::string, int64_t> races;  // description -> times seen
+  std::unordered_map<std::string, Access> accesses;
+  at::CallbackHandle callback = 0;
+  exec::detail::CpuStreams* previous = nullptr;
+
+  std::unique_ptr<exec::DeviceStream> make() override;
+  std::unique_ptr<exec::DeviceStream> current() override;
+
+  // Under the mutex from here on.
+  Clock& clock(size_t id) { return streams.at(id); }
+
+  // The next operation of stream `id`: after what the host waited for, one more of its own.
+  void begin_op(size_t id) {
+    Clock& c = clock(id);
+    join(c, host);
+    if (c.size() <= id) c.resize(id + 1, 0);
+    ++c[id];
+  }
+
+  const Access& access(const at::RecordFunction& fn) {
+    const c10::optional<c10::OperatorName> name = fn.operator_name();
+    const std::string key = name ? name->name + "." + name->overload_name : std::string(fn.name());
+    auto it = accesses.find(key);
+    if (it == accesses.end()) it = accesses.emplace(key, access_of(fn)).first;
+    return it->second;
+  }
+
+  void touch(const at::Tensor& t, size_t id, bool write, const char* op) {
+    if (!t.defined() || !t.has_storage()) return;
+    const c10::StorageImpl* key = t.storage().unsafeGetStorageImpl();
+    auto it = writes.find(key);
+    if (it != writes.end()) {
+      const Write& w = it->second;
+      if (w.stream != id && at(clock(id), w.stream) < w.point) {
+        ++races[c10::str(op, " on ", stream_name(id), (write ? " writes" : " reads"), " what ", w.op, " wrote on ",
+                         stream_name(w.stream), ", with no wait for that write")];
+      }
+    }
+    if (!write) return;
+    writes.insert_or_assign(key, Write{t.storage().getWeakStorageImpl(), id, at(clock(id), id), op});
+    if (++writes_since_purge > 20000) purge();
+  }
+
+  // Entries of freed storages: no tensor can reach them again.
+  void purge() {
+    writes_since_purge = 0;
+    for (auto it = writes.begin(); it != writes.end();) {
+      it = it->second.storage.expired() ? writes.erase(it) : std::next(it);
+    }
+  }
+};
+
+namespace {
+
+std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
+  StreamChecker::State* state = active.load();
+  if (!state || !watched()) return nullptr;
+  const size_t id = current_id();
+  std::lock_guard<std::mutex> lock(state->mutex);
+  state->begin_op(id);
+  const Access& access = state->access(fn);
+  if (access.view) return nullptr;
+  const auto inputs = fn.inputs();
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const bool write = access.known && i < access.writes_argument.size() && access.writes_argument[i];
+    for_each_tensor(inputs[i], [&](const at::Tensor& t) { state->touch(t, id, write, fn.name()); });
+  }
+  return nullptr;
+}
+
+void on_end(const at::RecordFunction& fn, at::ObserverContext*) {
+  StreamChecker::State* state = active.load();
+  if (!state || !watched()) return;
+  const size_t id = current_id();
+  std::lock_guard<std::mutex> lock(state->mutex);
+  const Access& access = state->access(fn);
+  const auto& outputs = fn.outputs();
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    if (access.known && i < access.writes_return.size() && !access.writes_return[i]) continue;  // a view
+    for_each_tensor(outputs[i], [&](const at::Tensor& t) { state->touch(t, id, /*write=*/true, fn.name()); });
+  }
+}
+
+class CheckedEvent final : public exec::StreamEvent {
+ public:
+  CheckedEvent(StreamChecker::State& state, Clock clock) : state_(state), clock_(std::move(clock)) {}
+  void synchronize() const override {
+    std::lock_guard<std::mutex> lock(state_.mutex);
+    join(state_.host, clock_);
+  }
+  const Clock& clock() const { return clock_; }
+
+ private:
+  StreamChecker::State& state_;
+  Clock clock_;
+};
+
+class CheckedScope final : public exec::DeviceStream::Scope {
+ public:
+  CheckedScope() : generation_(watched_generation) {}
+  ~CheckedScope() override {
+    if (watched_generation == generation_ && !entered.empty()) entered.pop_back();
+  }
+
+ private:
+  uint64_t generation_;
+};
+
+class CheckedStream final : public exec::DeviceStream {
+ public:
+  CheckedStream(StreamChecker::State& state, size_t id) : state_(state), id_(id) {}
+  torch::Device device() const override { return torch::kCPU; }
+  std::unique_ptr<Scope> enter() override {
+    watch_this_thread();
+    entered.push_back(id_);
+    return std::make_unique<CheckedScope>();
+  }
+  std::shared_ptr<const exec::StreamEvent> record() override {
+    std::lock_guard<std::mutex> lock(state_.mutex);
+    Clock clock = state_.clock(id_);
+    join(clock, state_.host);
+    return std::make_shared<CheckedEvent>(state_, std::move(clock));
+  }
+  void wait(const exec::StreamEvent* event) override {
+    if (!event) return;
+    const auto* checked = dynamic_cast<const CheckedEvent*>(event);
+    if (!checked) {
+      event->synchronize();
+      return;
+    }
+    std::lock_guard<std::mutex> lock(state_.mutex);
+    join(state_.clock(id_), checked->clock());
+  }
+  void join_current() override {
+    const size_t current = current_id();
+    std::lock_guard<std::mutex> lock(state_.mutex);
+    Clock clock = state_.clock(current);
+    join(clock, state_.host);
+    join(state_.clock(id_), clock);
+  }
+  void hold(const torch::Tensor&) override {}
+  void synchronize() override {
+    std::lock_guard<std::mutex> lock(state_.mutex);
+    join(state_.host, state_.clock(id_));
+  }
+
+ private:
+  StreamChecker::State& state_;
+  size_t id_;
+};
+
+}  // namespace
+
+std::unique_ptr<exec::DeviceStream> StreamChecker::State::make() {
+  std::lock_guard<std::mutex> lock(mutex);
+  streams.emplace_back();
+  return std::make_unique<CheckedStream>(*this, streams.size() - 1);
+}
+
+std::unique_ptr<exec::DeviceStream> StreamChecker::State::current() {
+  return std::make_unique<CheckedStream>(*this, current_id());
+}
+
+StreamChecker::StreamChecker() : state_(std::make_unique<State>()) {
+  State* expected = nullptr;
+  SP_CHECK(active.compare_exchange_strong(expected, state_.get()), "StreamChecker: one at a time");
+  ++generation;
+  watch_this_thread();
+  state_->previous = exec::detail::set_cpu_streams(state_.get());
+  state_->callback = at::addGlobalCallback(at::RecordFunctionCallback(&on_start, &on_end)
+                                               .needsInputs(true)
+                                               .needsOutputs(true)
+                                               .scopes({at::RecordScope::FUNCTION}));
+}
+
+StreamChecker::~StreamChecker() {
+  at::removeCallback(state_->callback);
+  exec::detail::set_cpu_streams(state_->previous);
+  ++generation;  // no thread is watched any more
+  active.store(nullptr);
+}
+
+std::vector<std::string> StreamChecker::races() const {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  std::vector<std::string> out;
+  for (const auto& [what, times] : state_->races) out.push_back(c10::str(what, " (", times, "x)"));
+  return out;
+}
+
+}  // namespace stalepipe::test
