@@ -149,7 +149,12 @@ std::vector<torch::Tensor> run_reference(const RunSpec& spec) {
   for (int64_t t = first; t < spec.steps; ++t) {
     const auto in = input_at(loader, t);
     sgd.zero_grad();
-    torch::nn::functional::cross_entropy(model.forward(in.x), in.target).backward();
+    torch::Tensor logits;
+    {
+      exec::AutocastScope autocast(spec.precision, torch::kCPU);  // bf16: LibTorch's autocast, whole model
+      logits = model.forward(in.x);
+    }
+    torch::nn::functional::cross_entropy(logits.to(torch::kFloat), in.target).backward();
     sgd.step();
   }
   std::vector<torch::Tensor> out;

@@ -41,7 +41,7 @@ struct RunSpec {
   double dropout = 0;     // ZooOptions::dropout
   bool buffers = false;   // run_pipeline also returns the buffers, after the parameters
   bool channels_last = false;  // weights, activations and registers in NHWC (run_pipeline only)
-  exec::Precision precision = exec::Precision::kFp32;  // run_pipeline only
+  exec::Precision precision = exec::Precision::kFp32;
   bool cosine_lr = false;      // lr (1 + cos(pi t / steps)) / 2 at step t instead of lr throughout
   // run_pipeline only: where the partitions run, and how (exec::Stage::use_graphs, 2 eager steps).
   torch::Device device = torch::kCPU;
@@ -66,6 +66,7 @@ std::vector<torch::Tensor> initial_parameters(const RunSpec& spec);
 
 // Non-pipelined reference: the whole model (Model::forward), torch::optim::SGD, the same
 // batches and learning rate. Independent of stalepipe's schedule, executors and optimizer.
+// Precision kBf16 runs the model's forward under LibTorch's CPU autocast, the loss in fp32.
 // With switch_step >= 0 the first switch_step mini-batches are trained stale (emulated) and
 // the reference loop continues from that state; this needs momentum 0 (no optimizer state
 // to hand over).

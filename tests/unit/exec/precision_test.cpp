@@ -45,13 +45,23 @@ TEST(Precision, Bf16ChangesTheTrainingButNotTheExecutorsAgreement) {
     spec.executor = "threads";
     EXPECT_TRUE(all_equal(run_pipeline(spec), emulated)) << spec.model;
     EXPECT_FALSE(all_equal(emulated, fp32)) << spec.model << ": bf16 trained the fp32 bits";
-    // One step is the same step: the update's distance from fp32's, relative to its size, is
-    // bf16's gradient noise (PyTorch 1.13's own CPU autocast: 0.126 for this ResNet-20 at
-    // batch 4; here 0.03 for LeNet-5, 0.14 for ResNet-20).
+    // One step is LibTorch's own bf16 step: run_reference autocasts the whole model's forward
+    // on this machine's kernels. What bf16 does to a step depends on those kernels: 0.03 of the
+    // update's size for LeNet-5 and 0.14 for this ResNet-20 where oneDNN has bf16 convolutions
+    // (AVX-512), 0.11 and 0.27 with ATen's own (AVX2 CPUs, where LibTorch does not use oneDNN
+    // for bf16). So no fixed bound holds on every CPU; ours is relative to LibTorch's step:
+    // within a tenth of fp32's distance from it (equal bit for bit with either kernels; the
+    // tenth leaves room for a register's bf16 rounding, which whole-model autocast may skip).
+    // bf16 applied nowhere ends as far from it as fp32 does; applied where LibTorch does not
+    // apply it, it moves the step by bf16's noise, comparable to fp32's distance, not by 0.
     spec.steps = 1;
+    const auto start = initial_parameters(spec);
     const auto one_bf16 = run_pipeline(spec);
+    const auto libtorch_bf16 = run_reference(spec);
     spec.precision = Precision::kFp32;
-    EXPECT_LT(relative_distance(one_bf16, run_pipeline(spec), initial_parameters(spec)), 0.2) << spec.model;
+    const double bf16_effect = relative_distance(run_pipeline(spec), libtorch_bf16, start);
+    EXPECT_GT(bf16_effect, 2e-3) << spec.model << ": less than bf16's rounding unit, 2^-9: was it on?";
+    EXPECT_LE(relative_distance(one_bf16, libtorch_bf16, start), 0.1 * bf16_effect) << spec.model;
   }
 }
 
