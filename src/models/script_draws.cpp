@@ -23,8 +23,9 @@ const c10::Symbol kExactDropout = c10::Symbol::fromQualString("stalepipe::dropou
 const c10::Symbol kExactDropoutInPlace = c10::Symbol::fromQualString("stalepipe::dropout_");
 const c10::Symbol kUnitGenerator = c10::Symbol::fromQualString("stalepipe::unit_generator");
 
-// Registered with the interpreter only (the graphs here are their only callers). CONSERVATIVE:
-// two equal draws are two draws, which common-subexpression elimination must not merge.
+// Registered with the interpreter only (the graphs here are their only callers). CONSERVATIVE
+// (or a writer's schema): two equal draws are two draws, which common-subexpression
+// elimination must not merge.
 torch::jit::RegisterOperators kExactDrawOps({
     torch::jit::Operator(
         "stalepipe::dropout(Tensor input, float p, bool train, int kind) -> Tensor",
@@ -45,7 +46,7 @@ torch::jit::RegisterOperators kExactDrawOps({
           torch::Tensor x = torch::jit::pop(stack).toTensor();
           torch::jit::push(stack, x.copy_(models::dropout(x, p, train, kind)));
         },
-        c10::AliasAnalysisKind::CONSERVATIVE),
+        c10::AliasAnalysisKind::FROM_SCHEMA),  // a writer: never merged
     torch::jit::Operator(
         "stalepipe::unit_generator(Device? device) -> Generator",
         [](torch::jit::Stack& stack) {
