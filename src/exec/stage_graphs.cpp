@@ -82,6 +82,10 @@ void Stage::use_graphs(const GraphSettings& settings) {
       const auto* d = dynamic_cast<const models::DropoutImpl*>(m.get());
       SP_CHECK_ARG(!d || d->options.p() == 0, where, " has dropout in unit ", unit_names_[u],
                    "; its masks are drawn on the host, and a replay would repeat them: train without dropout");
+      const auto* drawing = dynamic_cast<const models::RandomDrawing*>(m.get());
+      SP_CHECK_ARG(!drawing || !drawing->draws_random_numbers(), where, ": unit ", unit_names_[u],
+                   " draws random numbers in its scripted code (dropout, bernoulli_, rand, ...); a replay "
+                   "would repeat them: train without graphs, or without the draws");
     }
   }
   SP_CHECK_ARG(settings.eager_steps >= 1, where, ": at least 1 eager step before the capture, got ",

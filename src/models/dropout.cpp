@@ -1,9 +1,11 @@
 #include "stalepipe/models/dropout.h"
 
 #include <cmath>
+#include <mutex>
 #include <vector>
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Context.h>
 #include <torch/nn/modules/container/sequential.h>
 #include <torch/nn/modules/dropout.h>
 
@@ -12,8 +14,8 @@
 namespace stalepipe::models {
 namespace {
 
-// The innermost RandomScope's generator on this thread; null outside any scope.
-thread_local at::Generator* current_generator = nullptr;
+// The innermost RandomScope on this thread; null outside any scope.
+thread_local RandomScope* current_scope = nullptr;
 
 void check_p(double p) {
   SP_CHECK_ARG(p >= 0 && p < 1, "dropout probability must be in [0, 1), got ", p);
@@ -24,17 +26,37 @@ bool is_alpha(DropoutKind kind) { return kind == DropoutKind::kAlpha || kind == 
 
 }  // namespace
 
-at::Generator unit_generator() {
-  return current_generator ? *current_generator : at::detail::getDefaultCPUGenerator();
+at::Generator unit_generator() { return unit_generator(c10::Device(c10::kCPU)); }
+
+at::Generator unit_generator(c10::Device device) {
+  if (current_scope) return current_scope->generator(device);
+  return device.is_cpu() ? at::detail::getDefaultCPUGenerator() : at::globalContext().defaultGenerator(device);
 }
 
 RandomScope::RandomScope(uint64_t seed)
-    : generator_(at::make_generator<at::CPUGeneratorImpl>(seed)), previous_(current_generator) {
-  current_generator = &generator_;
+    : seed_(seed), generator_(at::make_generator<at::CPUGeneratorImpl>(seed)), previous_(current_scope) {
+  current_scope = this;
 }
 
 // Scopes nest on one thread, so the enclosing scope is still alive.
-RandomScope::~RandomScope() { current_generator = previous_; }
+RandomScope::~RandomScope() { current_scope = previous_; }
+
+at::Generator RandomScope::generator(c10::Device device) {
+  if (device.is_cpu()) return generator_;
+  for (const auto& [d, g] : device_generators_) {
+    if (d == device) return g;
+  }
+  // A device generator is made by its backend only: a clone of the default one, reseeded.
+  at::Generator own;
+  {
+    at::Generator shared = at::globalContext().defaultGenerator(device);
+    std::lock_guard<std::mutex> lock(shared.mutex());
+    own = shared.clone();
+  }
+  own.set_current_seed(seed_);
+  device_generators_.emplace_back(device, own);
+  return own;
+}
 
 std::string to_string(DropoutKind kind) {
   switch (kind) {

@@ -1,14 +1,18 @@
 // A scripted module whose forward is not its children in order (residual adds, concatenations,
-// torch.flatten, blocks inside blocks) as units: the forward's graph, with every call of a
-// module that holds modules inlined, is cut before each weight layer; each piece runs as a
+// torch.flatten, blocks inside blocks, functions) as units: the forward's graph, with every call
+// but those of weight layers inlined, is cut before each weight layer; each piece runs as a
 // graph of its own, and every tensor one piece hands to a piece other than the next becomes a
 // skip tensor (models/skips.h).
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <set>
 
 #include <torch/csrc/jit/api/function_impl.h>
 #include <torch/csrc/jit/ir/alias_analysis.h>
+#include <torch/csrc/jit/ir/constants.h>
+#include <torch/csrc/jit/passes/constant_propagation.h>
+#include <torch/csrc/jit/passes/dead_code_elimination.h>
 
 #include "stalepipe/common/error.h"
 #include "torchscript_impl.h"
@@ -25,43 +29,6 @@ c10::ClassTypePtr module_type(const Value* v) {
   return type && type->is_module() ? type : nullptr;
 }
 
-bool holds_modules(const c10::ClassType& type) {
-  for (size_t i = 0; i < type.numAttributes(); ++i) {
-    if (type.getAttribute(i)->cast<c10::ClassType>() && type.getAttribute(i)->expect<c10::ClassType>()->is_module()) {
-      return true;
-    }
-  }
-  return false;
-}
-
-// The called function of a top-level call that must be inlined: a method of a module that holds
-// modules (a container or a block of the user's), or a free function; null otherwise.
-torch::jit::GraphFunction* inlinable_callee(Node* node) {
-  if (node->kind() == c10::prim::CallFunction) {
-    const auto type = node->input(0)->type()->cast<c10::FunctionType>();
-    return type ? torch::jit::tryToGraphFunction(*type->function()) : nullptr;
-  }
-  if (node->kind() != c10::prim::CallMethod) return nullptr;
-  const auto type = module_type(node->input(0));
-  if (!type || !holds_modules(*type)) return nullptr;
-  return torch::jit::tryToGraphFunction(type->getMethod(node->s(c10::attr::name)));
-}
-
-// Inlines the forward's top-level calls until only leaf layers (modules without modules) are
-// called there; calls inside branches and loops stay as they are (they stay inside one unit).
-void inline_containers(Graph& graph) {
-  for (bool again = true; again;) {
-    again = false;
-    for (Node* node : graph.nodes()) {
-      if (auto* callee = inlinable_callee(node)) {
-        torch::jit::inlineCallTo(node, callee, callee->graph().get());  // not the optimized graph: it inlines every layer
-        again = true;
-        break;
-      }
-    }
-  }
-}
-
 // Values every piece may compute again instead of receiving: constants, and attributes read
 // from the module (submodules, parameters, flags), and lists of those.
 bool recomputable(const Value* v, const Value* self) {
@@ -76,11 +43,20 @@ bool recomputable(const Value* v, const Value* self) {
   return false;
 }
 
-// "layer1.0.conv1": the attribute path of a module-typed value from self ("" for self).
-std::string module_path(const Value* v, const Value* self) {
+// "layer1.0.conv1": the attribute path of a value read from self ("" for self); nullopt for a
+// value that is not read from self.
+std::optional<std::string> attribute_path(const Value* v, const Value* self) {
   if (v == self) return "";
-  const std::string outer = module_path(v->node()->input(0), self);
-  return (outer.empty() ? "" : outer + ".") + v->node()->s(c10::attr::name);
+  if (v->node()->kind() != c10::prim::GetAttr) return std::nullopt;
+  const auto outer = attribute_path(v->node()->input(0), self);
+  if (!outer) return std::nullopt;
+  return (outer->empty() ? "" : *outer + ".") + v->node()->s(c10::attr::name);
+}
+
+std::string module_path(const Value* v, const Value* self) {
+  const auto path = attribute_path(v, self);
+  SP_CHECK(path, "a module that is not an attribute of the scripted module");
+  return *path;
 }
 
 // The values a node and the nodes nested in it read that are defined outside it, in order.
@@ -94,6 +70,16 @@ void outside_inputs(Node* node, const Node* top, std::vector<Value*>& out) {
   for (torch::jit::Block* block : node->blocks()) {
     for (Node* inner : block->nodes()) outside_inputs(inner, top, out);
     outside_inputs(block->return_node(), top, out);
+  }
+}
+
+bool is_weight_call(const Node* node);
+
+// The calls of weight layers in a node and the blocks nested in it (a branch, a loop), in order.
+void weight_calls(const Node* node, std::vector<const Node*>& out) {
+  if (is_weight_call(node)) out.push_back(node);
+  for (const torch::jit::Block* block : node->blocks()) {
+    for (const Node* inner : block->nodes()) weight_calls(inner, out);
   }
 }
 
@@ -119,14 +105,86 @@ torch::jit::Module submodule(torch::jit::Module root, const std::string& path) {
   return root;
 }
 
-// Where a node sits in the source, for messages: "model.py:31" or its kind.
-std::string where(const Node* node) {
-  std::string text = node->kind().toQualString();
-  if (const auto range = node->sourceRange().file_line_col()) {
-    const auto& [file, line, col] = *range;
-    text += c10::str(" at ", file, ":", line);
+// Inlines every call in `block` and the blocks nested in it, but those of weight layers, until
+// none is left: methods of containers and blocks, leaf layers (a batch norm's parameters become
+// reads of its own), and compiled functions (F.relu, F.adaptive_avg_pool2d, ...).
+void inline_calls(torch::jit::Block* block, const std::string& file) {
+  for (Node* node = block->nodes().front(); node != block->return_node();) {
+    torch::jit::GraphFunction* callee = nullptr;
+    if (node->kind() == c10::prim::CallFunction) {
+      callee = torch::jit::tryToGraphFunction(*node->input(0)->type()->expect<c10::FunctionType>()->function());
+    } else if (node->kind() == c10::prim::CallMethod && !is_weight_call(node)) {
+      if (const auto type = node->input(0)->type()->cast<c10::ClassType>()) {
+        callee = torch::jit::tryToGraphFunction(type->getMethod(node->s(c10::attr::name)));
+      }
+    }
+    if (!callee) {
+      for (torch::jit::Block* inner : node->blocks()) inline_calls(inner, file);
+      node = node->next();
+      continue;
+    }
+    Node* before = node->prev();
+    try {
+      // A function's node takes the function itself first; its graph does not.
+      if (node->kind() == c10::prim::CallFunction) node->removeInput(0);
+      torch::jit::inlineCallTo(node, callee, callee->graph().get());
+    } catch (const c10::Error& e) {
+      throw UsageError(c10::str(file, ": ", script_node_place(*node), " (", callee->qualname().qualifiedName(),
+                                ") cannot be inlined for cutting: ", e.what_without_backtrace()));
+    }
+    node = before->next();  // the inlined code, which may call in turn
   }
-  return text;
+}
+
+// The attribute paths (module path + "." + name) that the graph's code assigns (prim::SetAttr).
+void assigned_attributes(const torch::jit::Block* block, const Value* self, std::set<std::string>& out) {
+  for (const Node* node : block->nodes()) {
+    if (node->kind() == c10::prim::SetAttr && attribute_path(node->input(0), self)) {
+      out.insert(*attribute_path(node->input(0), self) + "." + node->s(c10::attr::name));
+    }
+    for (const torch::jit::Block* inner : node->blocks()) assigned_attributes(inner, self, out);
+  }
+}
+
+// Replaces the reads of the module's settings (numbers, strings, flags other than `training`,
+// never assigned by the forward) with their values, so that a branch on a setting
+// (`if self.drop_rate > 0`, `if self.apply_residual`) folds away with the code it never runs.
+void fold_settings(torch::jit::Block* block, const torch::jit::Module& script, const Value* self,
+                   const std::set<std::string>& assigned) {
+  for (Node* node : block->nodes()) {
+    for (torch::jit::Block* inner : node->blocks()) fold_settings(inner, script, self, assigned);
+    if (node->kind() != c10::prim::GetAttr || node->s(c10::attr::name) == "training") continue;
+    const auto owner = attribute_path(node->input(0), self);
+    const c10::TypeKind kind = node->output()->type()->kind();
+    if (!owner || (kind != c10::TypeKind::IntType && kind != c10::TypeKind::FloatType &&
+                   kind != c10::TypeKind::BoolType && kind != c10::TypeKind::StringType)) {
+      continue;
+    }
+    const std::string name = node->s(c10::attr::name);
+    if (assigned.count(*owner + "." + name)) continue;
+    torch::jit::WithInsertPoint guard(node);
+    if (const auto value = torch::jit::tryInsertConstant(*node->owningGraph(), submodule(script, *owner).attr(name))) {
+      node->output()->replaceAllUsesWith(*value);
+    }
+  }
+}
+
+// The forward's graph as the cutter reads it: every call but those of weight layers inlined,
+// settings folded (with the code they rule out), every random draw from the unit generator.
+std::shared_ptr<Graph> cuttable_forward(const torch::jit::Module& script, const std::string& file) {
+  auto graph = script.get_method("forward").graph()->copy();
+  inline_calls(graph->block(), file);
+  std::set<std::string> assigned;
+  assigned_attributes(graph->block(), graph->inputs()[0], assigned);
+  fold_settings(graph->block(), script, graph->inputs()[0], assigned);
+  try {
+    torch::jit::ConstantPropagation(graph);
+    torch::jit::EliminateDeadCode(graph);
+  } catch (const c10::Error& e) {
+    throw UsageError(c10::str(file, ": the forward's constants cannot be folded: ", e.what_without_backtrace()));
+  }
+  make_draws_exact(*graph, file);
+  return graph;
 }
 
 struct Piece {
@@ -160,10 +218,14 @@ class Segmenter {
     pieces_.emplace_back();
     for (Node* node : graph_->nodes()) {
       if (node->outputs().size() == 1 && recomputable(node->output(), self_)) continue;
-      const bool weight = is_weight_call(node);
-      if (weight && pieces_.back().weight_layers > 0) pieces_.emplace_back();
+      std::vector<const Node*> layers;
+      weight_calls(node, layers);
+      if (!layers.empty() && pieces_.back().weight_layers > 0) pieces_.emplace_back();
       pieces_.back().nodes.push_back(node);
-      if (weight && pieces_.back().weight_layers++ == 0) pieces_.back().first_layer = module_path(node->input(0), self_);
+      if (!layers.empty() && pieces_.back().weight_layers == 0) {
+        pieces_.back().first_layer = module_path(layers.front()->input(0), self_);
+      }
+      pieces_.back().weight_layers += static_cast<int>(layers.size());
       for (Value* out : node->outputs()) piece_of_[out] = static_cast<int>(pieces_.size()) - 1;
     }
   }
@@ -212,7 +274,7 @@ class Segmenter {
     for (size_t p = 0; p < pieces_.size(); ++p) {
       for (Value* v : reads(p)) {
         const int from = producer(v);
-        SP_CHECK_ARG(v->type()->kind() == c10::TypeKind::TensorType, file_, ": ", where(v->node()),
+        SP_CHECK_ARG(v->type()->kind() == c10::TypeKind::TensorType, file_, ": ", script_node_place(*v->node()),
                      " makes a ", v->type()->str(), " that the forward uses after a place where a pipeline register "
                      "may go; only tensors can cross a register (compute it where it is used)");
         if (p > 0 && !pieces_[p].main_in && from == static_cast<int>(p) - 1) {
@@ -237,20 +299,58 @@ class Segmenter {
   int skips_ = 0;
 };
 
-// The modules whose `training` flag a node or the nodes nested in it read.
-void read_flags(const Node* node, const Value* self, std::set<std::string>& flags) {
-  if (node->kind() == c10::prim::GetAttr && node->s(c10::attr::name) == "training" && module_type(node->input(0))) {
-    flags.insert(module_path(node->input(0), self));
-  }
-  for (const torch::jit::Block* block : node->blocks()) {
-    for (const Node* inner : block->nodes()) read_flags(inner, self, flags);
+bool holds_tensor(const c10::TypePtr& type) {
+  if (const auto optional = type->cast<c10::OptionalType>()) return holds_tensor(optional->getElementType());
+  return type->kind() == c10::TypeKind::TensorType;
+}
+
+// What the nodes of `block` and the blocks nested in them use of the module `self`.
+void collect_uses(const torch::jit::Block* block, const Value* self, PieceUses& uses) {
+  for (const Node* node : block->nodes()) {
+    if (node->kind() == c10::prim::CallMethod && module_type(node->input(0))) {
+      uses.calls.insert(module_path(node->input(0), self));
+    }
+    if (node->kind() == c10::prim::GetAttr && module_type(node->input(0))) {
+      const std::string path = module_path(node->output(), self);
+      if (node->s(c10::attr::name) == "training") uses.flags.insert(module_path(node->input(0), self));
+      if (holds_tensor(node->output()->type())) uses.tensors.insert(path);
+    }
+    for (const torch::jit::Block* inner : node->blocks()) collect_uses(inner, self, uses);
   }
 }
 
-// The graph of one piece: (self, main, popped...) -> (output, stashed...); `calls` gets the
-// paths of the layers it calls, `flags` those of the modules whose training flag it reads.
-std::shared_ptr<Graph> piece_graph(Graph& whole, const Piece& piece, std::set<std::string>& calls,
-                                   std::set<std::string>& flags) {
+struct ScriptTensor {
+  std::string path;  // "layer1.0.bn1.weight"
+  torch::Tensor tensor;
+  bool parameter = false;  // else a buffer
+};
+
+// The parameters and buffers a piece uses: those of the layers it calls and those it reads.
+std::vector<ScriptTensor> piece_tensors(const torch::jit::Module& script, const PieceUses& uses) {
+  std::vector<ScriptTensor> out;
+  std::set<std::string> seen;
+  auto add = [&](const std::string& path, const torch::Tensor& t, bool parameter) {
+    if (seen.insert(path).second) out.push_back({path, t, parameter});
+  };
+  for (const std::string& path : uses.calls) {
+    const auto layer = submodule(script, path);
+    const std::string prefix = path.empty() ? "" : path + ".";
+    for (const auto& p : layer.named_parameters(/*recurse=*/true)) add(prefix + p.name, p.value, true);
+    for (const auto& b : layer.named_buffers(/*recurse=*/true)) add(prefix + b.name, b.value, false);
+  }
+  for (const std::string& path : uses.tensors) {
+    const size_t dot = path.rfind('.');
+    const auto owner = submodule(script, dot == std::string::npos ? "" : path.substr(0, dot));
+    const std::string name = dot == std::string::npos ? path : path.substr(dot + 1);
+    const auto slot = owner.type()->findAttributeSlot(name);
+    if (!slot || !owner._ivalue()->getSlot(*slot).isTensor()) continue;  // an optional tensor that is None
+    add(path, owner._ivalue()->getSlot(*slot).toTensor(), owner.type()->is_parameter(*slot));
+  }
+  return out;
+}
+
+// The graph of one piece: (self, main, popped...) -> (output, stashed...).
+std::shared_ptr<Graph> piece_graph(Graph& whole, const Piece& piece) {
   auto graph = std::make_shared<Graph>();
   std::map<Value*, Value*> map;
   Value* self = whole.inputs()[0];
@@ -268,13 +368,6 @@ std::shared_ptr<Graph> piece_graph(Graph& whole, const Piece& piece, std::set<st
   for (Node* node : piece.nodes) {
     Node* copy = graph->insertNode(graph->createClone(node, value_of));
     for (size_t i = 0; i < node->outputs().size(); ++i) map[node->output(i)] = copy->output(i);
-    if (node->kind() == c10::prim::CallMethod && module_type(node->input(0))) {
-      calls.insert(module_path(node->input(0), self));
-    }
-    read_flags(node, self, flags);
-  }
-  for (const auto& [original, copy] : map) {
-    if (original->node()->kind() == c10::prim::GetAttr) read_flags(original->node(), self, flags);
   }
   // A function returns one value: the tensors as a tuple.
   std::vector<Value*> outputs = {value_of(piece.main_out)};
@@ -286,18 +379,18 @@ std::shared_ptr<Graph> piece_graph(Graph& whole, const Piece& piece, std::set<st
 }  // namespace
 
 ScriptSegmentImpl::ScriptSegmentImpl(torch::jit::Module script, std::shared_ptr<torch::jit::Graph> graph,
-                                     const std::set<std::string>& called, const std::set<std::string>& flags,
-                                     const std::string& name)
+                                     const PieceUses& uses, const std::string& name)
     : torch::nn::Module("ScriptSegment"), script_(std::move(script)),
-      function_(std::make_shared<torch::jit::GraphFunction>(name, graph, nullptr)) {
-  for (const std::string& path : flags) flagged_.push_back(submodule(script_, path));
-  for (const std::string& path : called) {
-    modules_.push_back(submodule(script_, path));
-    const std::string prefix = path.empty() ? "" : path + ".";
-    for (const auto& p : modules_.back().named_parameters(/*recurse=*/true)) {
-      register_parameter(flat_name(prefix + p.name), p.value, p.value.requires_grad());
+      function_(std::make_shared<torch::jit::GraphFunction>(name, graph, nullptr)),
+      draws_(detail::draws_random_numbers(*graph)) {
+  for (const std::string& path : uses.flags) flagged_.push_back(submodule(script_, path));
+  for (const std::string& path : uses.calls) modules_.push_back(submodule(script_, path));
+  for (const ScriptTensor& t : piece_tensors(script_, uses)) {
+    if (t.parameter) {
+      register_parameter(flat_name(t.path), t.tensor, t.tensor.requires_grad());
+    } else {
+      register_buffer(flat_name(t.path), t.tensor);
     }
-    for (const auto& b : modules_.back().named_buffers(/*recurse=*/true)) register_buffer(flat_name(prefix + b.name), b.value);
   }
   torch::jit::AliasDb aliases(graph);
   for (size_t i = 1; i < graph->inputs().size(); ++i) {
@@ -351,30 +444,28 @@ double ScriptSegmentImpl::forward_flops(const std::vector<int64_t>& input_shape)
 }
 
 std::vector<ScriptPiece> cut_script_forward(const torch::jit::Module& script, const std::string& file) {
-  auto graph = script.get_method("forward").graph()->copy();
-  inline_containers(*graph);
+  const auto graph = cuttable_forward(script, file);
   std::vector<Piece> pieces = Segmenter(graph, file).cut();
   std::vector<ScriptPiece> units;
-  std::map<std::string, size_t> caller;  // layer path -> the unit that calls it
+  // Each tensor trains in the one partition that reads it.
+  std::map<const void*, std::pair<std::string, size_t>> reader;  // TensorImpl -> (path, unit)
   for (size_t p = 0; p < pieces.size(); ++p) {
-    std::set<std::string> calls, flags;
-    auto piece = piece_graph(*graph, pieces[p], calls, flags);
-    const std::string name = pieces[p].first_layer.empty() ? c10::str("piece", p + 1) : flat_name(pieces[p].first_layer);
-    for (const std::string& path : calls) {
-      const auto layer = submodule(script, path);
-      if (layer.parameters().size() == 0 && layer.buffers().size() == 0) continue;  // a ReLU may serve twice
-      const auto [it, fresh] = caller.emplace(path, p);
-      SP_CHECK_ARG(fresh || it->second == p, file, ": ", path.empty() ? "the module" : path,
-                   " is called by two pieces of the forward (", it->second + 1, " and ", p + 1,
-                   "); a layer whose weights two partitions would share cannot be cut apart");
-    }
     ScriptPiece unit;
-    unit.name = name;
+    unit.name = pieces[p].first_layer.empty() ? c10::str("piece", p + 1) : flat_name(pieces[p].first_layer);
+    const auto piece = piece_graph(*graph, pieces[p]);
+    PieceUses uses;
+    collect_uses(piece->block(), piece->inputs()[0], uses);
+    for (const ScriptTensor& t : piece_tensors(script, uses)) {
+      const auto [it, fresh] = reader.emplace(t.tensor.unsafeGetTensorImpl(), std::make_pair(t.path, p));
+      SP_CHECK_ARG(fresh || it->second.second == p, file, ": ", t.parameter ? "parameter " : "buffer ", t.path,
+                   " is read by two pieces of the forward, ", it->second.second + 1, " (", units[it->second.second].name,
+                   ") and ", p + 1, " (", unit.name, "); a tensor two partitions would share cannot be cut apart");
+    }
     unit.weight_layers = pieces[p].weight_layers;
     for (const auto& [skip, v] : pieces[p].pops) unit.skips.pops.push_back(skip);
     for (const auto& [skip, v] : pieces[p].stashes) unit.skips.stashes.push_back(skip);
-    unit.module = unit.skips.empty() ? torch::nn::AnyModule(ScriptChainSegment(script, piece, calls, flags, name))
-                                     : torch::nn::AnyModule(ScriptSegment(script, piece, calls, flags, name));
+    unit.module = unit.skips.empty() ? torch::nn::AnyModule(ScriptChainSegment(script, piece, uses, unit.name))
+                                     : torch::nn::AnyModule(ScriptSegment(script, piece, uses, unit.name));
     units.push_back(std::move(unit));
   }
   return units;

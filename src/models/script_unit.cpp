@@ -41,11 +41,6 @@ const char* const kDeterministicInterpreterOps[] = {
     "aten::sym_size", "aten::sym_storage_offset", "aten::sym_stride", "aten::tensor", "aten::to",
     "aten::update", "aten::values"};
 
-bool is_generator(c10::TypePtr type) {
-  if (const auto optional = type->cast<c10::OptionalType>()) type = optional->getElementType();
-  return type->kind() == c10::TypeKind::GeneratorType;
-}
-
 bool holds_tensors(const c10::TypePtr& type) {
   if (type->kind() == c10::TypeKind::TensorType) return true;
   const auto contained = type->containedTypes();
@@ -63,18 +58,6 @@ RandomDraw interpreter_op_draw(const c10::FunctionSchema& schema) {
     return std::any_of(args.begin(), args.end(), [](const c10::Argument& a) { return holds_tensors(a.type()); });
   };
   return tensors(schema.arguments()) || tensors(schema.returns()) ? RandomDraw::kUnknown : RandomDraw::kNone;
-}
-
-RandomDraw node_draw(const torch::jit::Node& node) {
-  const c10::FunctionSchema* schema = node.maybeSchema();
-  if (!schema) return RandomDraw::kNone;  // an instruction of the interpreter: If, Loop, GetAttr, ...
-  const auto& args = schema->arguments();
-  if (std::any_of(args.begin(), args.end(), [](const c10::Argument& a) { return is_generator(a.type()); })) {
-    return RandomDraw::kDraws;
-  }
-  const auto op = c10::Dispatcher::singleton().findOp(schema->operator_name());
-  if (!op) return interpreter_op_draw(*schema);
-  return op->hasTag(at::Tag::nondeterministic_seeded) ? RandomDraw::kDraws : RandomDraw::kNone;
 }
 
 std::optional<RandomOp> block_random_op(torch::jit::Block* block) {
@@ -106,6 +89,32 @@ std::shared_ptr<torch::jit::Graph> inlined_forward(const torch::jit::Module& mod
 }
 
 }  // namespace
+
+RandomDraw node_draw(const torch::jit::Node& node) {
+  const c10::FunctionSchema* schema = node.maybeSchema();
+  if (!schema) return RandomDraw::kNone;  // an instruction of the interpreter: If, Loop, GetAttr, ...
+  const auto& args = schema->arguments();
+  if (std::any_of(args.begin(), args.end(), [](const c10::Argument& a) { return is_generator_type(a.type()); })) {
+    return RandomDraw::kDraws;
+  }
+  const auto op = c10::Dispatcher::singleton().findOp(schema->operator_name());
+  if (!op) return interpreter_op_draw(*schema);
+  return op->hasTag(at::Tag::nondeterministic_seeded) ? RandomDraw::kDraws : RandomDraw::kNone;
+}
+
+bool is_generator_type(c10::TypePtr type) {
+  if (const auto optional = type->cast<c10::OptionalType>()) type = optional->getElementType();
+  return type->kind() == c10::TypeKind::GeneratorType;
+}
+
+std::string script_node_place(const torch::jit::Node& node) {
+  std::string text = node.kind().toQualString();
+  if (const auto range = node.sourceRange().file_line_col()) {
+    const auto& [file, line, col] = *range;
+    text += c10::str(" at ", file, ":", line);
+  }
+  return text;
+}
 
 std::string flat_name(std::string name) {
   std::replace(name.begin(), name.end(), '.', '_');

@@ -223,13 +223,14 @@ bool forward_is_children_in_order(const torch::jit::Module& script) {
 // A module whose forward is not its children in order: its forward cut into pieces
 // (torchscript_impl.h, cut_script_forward).
 Model load_pieces(const torch::jit::Module& script, const std::string& path, const InputShape& input) {
-  if (const auto op = detail::random_op(script)) {
-    throw UsageError(c10::str(path, ": the forward calls ", op->name, ", which draws random numbers; stalepipe makes ",
-                              "dropout exact in a network whose forward runs its children in order (a "
-                              "torch.nn.Sequential), not in one it cuts into pieces"));
+  std::vector<detail::ScriptPiece> pieces;
+  try {
+    pieces = detail::cut_script_forward(script, path);
+  } catch (const c10::Error& e) {  // LibTorch's own checks, in one line
+    throw UsageError(c10::str(path, ": the forward cannot be cut into pieces: ", detail::script_error_cause(e)));
   }
   ModelBuilder builder(std::filesystem::path(path).stem().string(), input);
-  for (auto& piece : detail::cut_script_forward(script, path)) {
+  for (auto& piece : pieces) {
     builder.add_any(piece.name, piece.module,
                     UnitOptions().weight_layers(piece.weight_layers).pops(piece.skips.pops).stashes(piece.skips.stashes));
   }
@@ -242,12 +243,12 @@ Model load_pieces(const torch::jit::Module& script, const std::string& path, con
   // Every parameter must belong to a unit, or training would leave it as it is.
   std::set<const void*> trained;
   for (const Unit& unit : model.units) {
-    for (const auto& p : unit.module.ptr()->parameters()) trained.insert(p.data_ptr());
+    for (const auto& p : unit.module.ptr()->parameters()) trained.insert(p.unsafeGetTensorImpl());
   }
   for (const auto& p : script.named_parameters(/*recurse=*/true)) {
-    SP_CHECK_ARG(trained.count(p.value.data_ptr()), path, ": parameter ", p.name, " is read by the forward outside ",
-                 "a call of its layer (e.g. F.conv2d(x, self.weight)); stalepipe trains the parameters of the "
-                 "layers the forward calls");
+    SP_CHECK_ARG(trained.count(p.value.unsafeGetTensorImpl()), path, ": parameter ", p.name, " is read by no piece "
+                 "of the forward stalepipe cut (unused, or read only by code that the module's settings rule "
+                 "out), so no partition would train it; remove it from the module");
   }
   return model;
 }

@@ -44,21 +44,29 @@ class ScriptUnitImpl : public torch::nn::Module, public FlopCounted {
 };
 TORCH_MODULE(ScriptUnit);
 
+// What a piece's graph uses of the scripted module, by attribute path from it ("layer1.0.conv1").
+struct PieceUses {
+  std::set<std::string> calls;    // the layers it calls
+  std::set<std::string> tensors;  // the tensors it reads itself (a batch norm's, a layer scale)
+  std::set<std::string> flags;    // the modules whose training flag it reads
+};
+
 // A piece of a scripted module's forward that is not its children in order, as a unit: the
 // forward's nodes between two weight layers as a graph of their own, run with the whole
 // scripted module as `self`: {main, popped...} -> {output, stashed...} (models/skips.h). Its
-// parameters and buffers are those of the layers it calls ('.' replaced by '_'), the scripted
-// module's own tensors; train() switches those layers only. An input it writes into is copied
-// first.
-class ScriptSegmentImpl : public torch::nn::Module, public FlopCounted {
+// parameters and buffers are those of the layers it calls and those it reads itself ('.'
+// replaced by '_'), the scripted module's own tensors; train() switches those layers and flags
+// only. An input it writes into is copied first. Its random draws come from unit_generator()
+// (make_draws_exact).
+class ScriptSegmentImpl : public torch::nn::Module, public FlopCounted, public RandomDrawing {
  public:
-  // called: the paths of the layers it calls; flags: of the modules whose training flag it reads.
-  ScriptSegmentImpl(torch::jit::Module script, std::shared_ptr<torch::jit::Graph> graph,
-                    const std::set<std::string>& called, const std::set<std::string>& flags, const std::string& name);
+  ScriptSegmentImpl(torch::jit::Module script, std::shared_ptr<torch::jit::Graph> graph, const PieceUses& uses,
+                    const std::string& name);
   std::vector<torch::Tensor> forward(std::vector<torch::Tensor> inputs);
   void train(bool on = true) override;
   // As ScriptUnit counts them, with the other inputs shaped as the last forward's.
   double forward_flops(const std::vector<int64_t>& input_shape) const override;
+  bool draws_random_numbers() const override { return draws_; }
 
  private:
   torch::jit::Module script_;
@@ -67,6 +75,7 @@ class ScriptSegmentImpl : public torch::nn::Module, public FlopCounted {
   std::vector<torch::jit::Module> flagged_;  // modules whose training flag it reads
   std::vector<size_t> written_;              // inputs its graph writes into
   std::vector<std::vector<int64_t>> shapes_;  // of the last forward's inputs
+  bool draws_ = false;
 };
 TORCH_MODULE(ScriptSegment);
 
@@ -84,13 +93,17 @@ struct ScriptPiece {
   int weight_layers = 0;
   Skips skips;
 };
-// Cuts the forward of `script` into units: every call of a module that holds modules (and of a
-// free function) is inlined into the forward; a unit starts at each call of a weight layer
-// (Conv*, ConvTranspose*, Linear, Bilinear) where the unit before hands it a tensor (else the
-// two are one unit); branches and loops stay inside one unit. Each tensor a unit reads from a
-// unit before the previous one, or besides the one it continues from, becomes a skip tensor.
-// Throws UsageError naming `file` and the node for a non-tensor value that would cross a
-// register, a forward that does not take and return one tensor, or a layer called by two units.
+// Cuts the forward of `script` into units: every call but those of weight layers (Conv*,
+// ConvTranspose*, Linear, Bilinear) is inlined at any depth, functions included; the module's
+// settings (non-tensor attributes other than `training` that the forward never assigns) become
+// constants and fold away the branches they rule out; random draws are made exact
+// (make_draws_exact). A unit starts at each call of a weight layer where the unit before hands
+// it a tensor (else the two are one unit); branches and loops stay inside one unit. Each tensor
+// a unit reads from a unit before the previous one, or besides the one it continues from,
+// becomes a skip tensor. A parameter or buffer belongs to the unit that reads it or calls its
+// layer. Throws UsageError naming `file` and the node for a non-tensor value that would cross a
+// register, a forward that does not take and return one tensor, a draw that cannot be made
+// exact, or a parameter or buffer read by two units (naming both).
 std::vector<ScriptPiece> cut_script_forward(const torch::jit::Module& script, const std::string& file);
 
 // FLOPs of what `run` computes, as the autograd profiler counts them (as ScriptUnit's).
@@ -118,6 +131,16 @@ bool is_torch_nn(const std::string& type, const std::string& name);
 // Conv1d/2d/3d, ConvTranspose1d/2d/3d, Linear and Bilinear modules in `module`, itself included.
 int count_script_weight_layers(const torch::jit::Module& module);
 
+// Makes every random draw in `graph` come from the unit generator (models/dropout.h): dropout
+// operations become stalepipe's dropout, one with p = 0 or train = False (a constant) is
+// removed; an operation that takes a Generator gets unit_generator(device) of the device it
+// draws on. Throws UsageError naming `file` and the node for a draw that cannot be given one.
+void make_draws_exact(torch::jit::Graph& graph, const std::string& file);
+// Whether a graph that make_draws_exact rewrote draws.
+bool draws_random_numbers(const torch::jit::Graph& graph);
+// "aten::rand_like at model.py:31": a node and where it sits in the source, for messages.
+std::string script_node_place(const torch::jit::Node& node);
+
 // An operation in a forward that draws random numbers (kDraws: its registration says so), or
 // that stalepipe cannot tell about (kUnknown: registered without tags and not known to it).
 enum class RandomDraw { kNone, kDraws, kUnknown };
@@ -125,6 +148,9 @@ struct RandomOp {
   std::string name;  // "aten::binomial"
   RandomDraw draw = RandomDraw::kDraws;
 };
+RandomDraw node_draw(const torch::jit::Node& node);
+// Generator or Generator?.
+bool is_generator_type(c10::TypePtr type);
 // The first such operation in the inlined forward graph of `module`, if any.
 std::optional<RandomOp> random_op(const torch::jit::Module& module);
 

@@ -3,6 +3,8 @@
 #include <fstream>
 
 #include <caffe2/serialize/inline_container.h>
+#include <torch/csrc/jit/frontend/resolver.h>
+#include <torch/csrc/jit/frontend/sugared_value.h>
 
 namespace stalepipe::test {
 namespace {
@@ -109,6 +111,32 @@ torch::jit::Module script_module(const std::string& type,
   for (const auto& [name, child] : children) m.register_module(name, child);
   m.define(forward_source);
   return m;
+}
+
+namespace {
+
+// Resolves the names of a compilation unit's functions, then what the native resolver knows
+// ("torch").
+struct FunctionResolver : torch::jit::Resolver {
+  explicit FunctionResolver(std::shared_ptr<torch::jit::CompilationUnit> unit) : unit_(std::move(unit)) {}
+  std::shared_ptr<torch::jit::SugaredValue> resolveValue(const std::string& name, torch::jit::GraphFunction& m,
+                                                         const torch::jit::SourceRange& loc) override {
+    for (torch::jit::Function* f : unit_->get_functions()) {
+      if (f->name() == name) return std::make_shared<torch::jit::FunctionValue>(torch::jit::StrongFunctionPtr(unit_, f));
+    }
+    return torch::jit::nativeResolver()->resolveValue(name, m, loc);
+  }
+  std::shared_ptr<torch::jit::CompilationUnit> unit_;
+};
+
+}  // namespace
+
+void define_with_functions(torch::jit::Module& module, const std::string& functions_source,
+                           const std::string& forward_source) {
+  const auto unit = module._ivalue()->compilation_unit();
+  const auto resolver = std::make_shared<FunctionResolver>(unit);
+  unit->define(c10::QualifiedName("__torch__.functions"), functions_source, resolver, nullptr);
+  module.define(forward_source, resolver);
 }
 
 torch::jit::Module script_sequential(const std::vector<torch::jit::Module>& children) {

@@ -28,6 +28,12 @@ torch::jit::Module script_module(const std::string& type,
                                  const std::vector<std::pair<std::string, torch::jit::Module>>& children,
                                  const std::string& forward_source);
 
+// Defines the forward of `module` (TorchScript source), which may call the free functions that
+// `functions_source` defines, as prim::CallFunction: as torch.jit.script compiles the Python
+// functions a forward calls (torch.nn.functional's among them).
+void define_with_functions(torch::jit::Module& module, const std::string& functions_source,
+                           const std::string& forward_source);
+
 // A small CNN for 1x8x8 inputs and 3 classes as a scripted Sequential of 3 units:
 //   0: Sequential(Conv2d(1, 4, 3), BatchNorm2d(4), ReLU, MaxPool2d(2))  -> 4x3x3, 1 weight layer
 //   1: Flatten                                                        -> 36, no weight layer

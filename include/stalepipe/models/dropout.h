@@ -22,12 +22,15 @@
 // unit_generator(), instead.
 //
 // Masks are drawn on the CPU and moved to the input's device, so they do not depend on the
-// device either.
+// device either. A scripted piece's other random operations (bernoulli_, rand, normal, ...)
+// draw from unit_generator(device) on their tensors' device.
 #pragma once
 
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <ATen/core/Generator.h>
 #include <torch/arg.h>
@@ -40,6 +43,10 @@ namespace stalepipe::models {
 // The generator random draws in units use on this thread: the innermost RandomScope's, or
 // LibTorch's default CPU generator outside any.
 at::Generator unit_generator();
+// The same for draws made on `device`: the CPU one above for the CPU; for another device (a
+// GPU), a generator of that device seeded as the innermost RandomScope's CPU generator, made
+// on the scope's first draw there; that device's default generator outside any scope.
+at::Generator unit_generator(c10::Device device);
 
 // Installs a fresh CPU generator seeded with `seed` as this thread's unit generator for the
 // scope's lifetime (scopes nest). Not copyable; destroy on the thread that made it.
@@ -50,9 +57,22 @@ class RandomScope {
   RandomScope(const RandomScope&) = delete;
   RandomScope& operator=(const RandomScope&) = delete;
 
+  at::Generator generator(c10::Device device);
+
  private:
+  uint64_t seed_;
   at::Generator generator_;
-  at::Generator* previous_;  // the enclosing scope's, or null
+  std::vector<std::pair<c10::Device, at::Generator>> device_generators_;
+  RandomScope* previous_;  // the enclosing scope, or null
+};
+
+// A unit module whose forward draws from unit_generator() other than through Dropout (a
+// scripted piece with dropout or random operations in its code). A CUDA graph would replay
+// its draws.
+class RandomDrawing {
+ public:
+  virtual ~RandomDrawing() = default;
+  virtual bool draws_random_numbers() const = 0;
 };
 
 enum class DropoutKind {
