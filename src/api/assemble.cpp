@@ -117,6 +117,8 @@ std::unique_ptr<exec::Pipeline> build_stages(models::Model& model, const Assembl
     exec::GraphSettings graphs;
     graphs.mode = exec::GraphMode::kCuda;
     graphs.option = field_name(Field::cuda_graphs);
+    const auto slice = slice_range(options.data().batch_size(), options.pipeline().replicas(), replica);
+    graphs.batch_size = slice.second - slice.first;  // what this replica's pipeline is fed
     for (auto* stage : pipeline->stages()) stage->use_graphs(graphs);
   }
   return pipeline;

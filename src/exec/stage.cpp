@@ -118,6 +118,7 @@ void Stage::begin_segment(const schedule::Schedule& schedule, std::function<doub
   stash_weights_ = schedule.stash_weights;
   delay_.clear();
   lr_ = std::move(lr);
+  begin_graphs_segment(schedule.micro_batches);
 }
 
 void Stage::clear_in_flight() {
@@ -134,6 +135,10 @@ torch::Tensor Stage::run_units(size_t first, size_t last, torch::Tensor x, model
   // batch, or what a recomputation runs from again: a unit that writes into it gets a copy.
   if (first < last && writes_input_[first]) x = x.clone();
   for (size_t u = first; u < last; ++u) {
+    if (graphs_ && !graphs_->captured) {  // the eager passes before the first capture
+      x = watched_unit(u, std::move(x), table);
+      continue;
+    }
     torch::nn::AnyModule& unit = *(module_->begin() + static_cast<std::ptrdiff_t>(u));
     x = models::forward_unit(unit, unit_names_[u], skips_[u], std::move(x), table);
   }

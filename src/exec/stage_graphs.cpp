@@ -2,6 +2,7 @@
 // static tensors, capture on first use, replay, and the update's graph.
 #include "stage_graphs_impl.h"
 
+#include <mutex>
 #include <utility>
 
 #include "stalepipe/common/error.h"
@@ -39,6 +40,10 @@ void write(const torch::Tensor& into, const torch::Tensor& value) {
   torch::NoGradGuard no_grad;
   into.data().copy_(value);
 }
+
+// One unit watched at a time: partitions on one device share its generator, and a draw by one
+// must not be blamed on another.
+std::mutex watch_mutex;
 
 }  // namespace
 
@@ -90,6 +95,8 @@ void Stage::use_graphs(const GraphSettings& settings) {
   }
   SP_CHECK_ARG(settings.eager_steps >= 1, where, ": at least 1 eager step before the capture, got ",
                settings.eager_steps);
+  SP_CHECK_ARG(settings.batch_size >= 1, where, ": the graphs need the mini-batch size (>= 1), got ",
+               settings.batch_size);
   graphs_ = std::make_unique<Graphs>();
   graphs_->settings = settings;
   graphs_->where = where;
@@ -111,6 +118,54 @@ void Stage::drop_graphs() {
   graphs_->shapes.clear();
 }
 
+void Stage::begin_graphs_segment(int micro_batches) {
+  if (!graphs_) return;
+  Graphs& g = *graphs_;
+  const int64_t batch = g.settings.batch_size;
+  // tensor_split's first slice (exec/worker.cpp), and the worker's share of the loss for it.
+  const int64_t rows = (batch + micro_batches - 1) / micro_batches;
+  if (rows != g.whole_rows && !g.shapes.empty()) {
+    SP_CHECK(in_flight_.empty(), g.where, ": a segment begins with mini-batches in flight");
+    g.slots.clear();  // the update's graph does not depend on the shapes
+    g.shapes.clear();
+  }
+  g.whole_rows = rows;
+  g.whole_loss_scale = static_cast<double>(rows) / static_cast<double>(batch);
+}
+
+torch::Tensor Stage::watched_unit(size_t u, torch::Tensor x, models::SkipTable& table) {
+  const Graphs& g = *graphs_;
+  const bool cuda = g.settings.mode == GraphMode::kCuda;
+  torch::nn::AnyModule& unit = *(module_->begin() + static_cast<std::ptrdiff_t>(u));
+  std::lock_guard<std::mutex> lock(watch_mutex);
+  const torch::Tensor before = detail::generator_mark(cuda, device_);
+  x = models::forward_unit(unit, unit_names_[u], skips_[u], std::move(x), table);
+  SP_CHECK_ARG(torch::equal(before, detail::generator_mark(cuda, device_)), g.where, ", unit ", unit_names_[u],
+               " draws random numbers from the device's default generator; a replay would repeat them: take the "
+               "draw out of the unit or train without ", g.settings.option);
+  return x;
+}
+
+std::vector<std::pair<std::string, torch::Tensor>> Stage::fixed_tensors(int slot) const {
+  std::vector<std::pair<std::string, torch::Tensor>> all;
+  if (slot >= 0) {
+    const Pending& p = graphs_->slots.at(static_cast<size_t>(slot))->pending;
+    if (p.input.requires_grad()) all.emplace_back("the input's gradient", p.input.grad());
+    for (size_t i = 0; i < p.skip_inputs.size(); ++i) {
+      all.emplace_back("skip input " + skip_inputs_[i] + "'s gradient", p.skip_inputs[i].grad());
+    }
+  }
+  const auto& momentum = optimizer_->momentum_buffers();  // in the parameters' order
+  size_t i = 0;
+  for (const auto& param : module_->named_parameters()) {
+    all.emplace_back("parameter " + param.key(), param.value());
+    all.emplace_back("parameter " + param.key() + "'s gradient", param.value().grad());
+    all.emplace_back("parameter " + param.key() + "'s momentum buffer", momentum.at(i++));
+  }
+  for (const auto& buffer : module_->named_buffers()) all.emplace_back("buffer " + buffer.key(), buffer.value());
+  return all;
+}
+
 void Stage::clear_gradients() {
   if (graphs_ && graphs_->armed) {
     optimizer_->zero_grad_in_place();
@@ -123,18 +178,20 @@ bool Stage::graphed_forward(int64_t step, int micro, Pending& p, const torch::Te
                             PendingLoss& loss) {
   if (!graphs_) return false;
   Graphs& g = *graphs_;
-  const std::string shapes = shapes_of(p.input, p.skip_inputs, y, loss_scale);
-  // The first forward's shapes, a whole mini-batch's (a partial one comes last in an epoch).
-  if (g.shapes.empty()) g.shapes = shapes;
   if (g.eager_updates < g.settings.eager_steps) {
     ++g.eager_passes;
     return false;
   }
+  const std::string shapes = shapes_of(p.input, p.skip_inputs, y, loss_scale);
+  const bool whole = p.input.dim() > 0 && p.input.size(0) == g.whole_rows && loss_scale == (is_last() ? g.whole_loss_scale : 1.0);
+  if (g.shapes.empty() && whole) g.shapes = shapes;
   if (shapes != g.shapes) {
     ++g.eager_passes;
     if (!std::exchange(g.noted, true)) {
-      g.notes.push_back(c10::str(g.where, ", mini-batch ", step, " has ", shapes,
-                                 ", not the captured ", g.shapes, "; passes of other shapes run without graphs"));
+      const std::string captured = g.shapes.empty() ? c10::str("a whole mini-batch's (", g.whole_rows, " samples)")
+                                                    : "the captured " + g.shapes;
+      g.notes.push_back(c10::str(g.where, ", mini-batch ", step, " has ", shapes, ", not ", captured,
+                                 "; passes of other shapes run without graphs"));
     }
     return false;
   }
@@ -149,15 +206,7 @@ bool Stage::graphed_forward(int64_t step, int micro, Pending& p, const torch::Te
   if (slot.forward) {
     slot.forward->replay();
   } else {
-    auto graph = g.make();
-    graph->capture([this, &slot] {
-      compute_forward(slot.step, slot.micro, slot.pending, slot.target, slot.loss_scale, slot.loss);
-    });
-    slot.forward = std::move(graph);
-    const Score& score = slot.loss.score;
-    SP_CHECK_ARG(score.correct_count.defined() || score.scored == 0, g.where,
-                 ": the metric counts on the host, and a replay would repeat its count; leave it on the device "
-                 "(Score::correct_count)");
+    capture_forward(index);
   }
   p.input = slot.pending.input;
   p.skip_inputs = slot.pending.skip_inputs;
@@ -173,6 +222,27 @@ bool Stage::graphed_forward(int64_t step, int micro, Pending& p, const torch::Te
   return true;
 }
 
+void Stage::capture_forward(int index) {
+  Graphs& g = *graphs_;
+  Graphs::Slot& slot = *g.slots[index];
+  detail::GraphResults results;
+  results.outputs = [&slot] {
+    std::vector<torch::Tensor*> all = {&slot.pending.output, &slot.loss.loss, &slot.loss.score.correct_count};
+    for (torch::Tensor& skip : slot.pending.skip_outputs) all.push_back(&skip);
+    return all;
+  };
+  results.fixed = [this, index] { return fixed_tensors(index); };
+  g.captured = true;  // the units were watched in the eager passes; the capture records none
+  auto graph = g.make();
+  graph->capture([this, &slot] { compute_forward(slot.step, slot.micro, slot.pending, slot.target, slot.loss_scale, slot.loss); },
+                 results);
+  slot.forward = std::move(graph);
+  const Score& score = slot.loss.score;
+  SP_CHECK_ARG(score.correct_count.defined() || score.scored == 0, g.where,
+               ": the metric counts on the host, and a replay would repeat its count; leave it on the device "
+               "(Score::correct_count)");
+}
+
 StageTensors Stage::graphed_backward(Pending& p, const std::vector<torch::Tensor>& grads) {
   Graphs::Slot& slot = *graphs_->slots.at(static_cast<size_t>(p.slot));
   const auto on_stream = stream_->enter();
@@ -184,7 +254,11 @@ StageTensors Stage::graphed_backward(Pending& p, const std::vector<torch::Tensor
   if (slot.backward) {
     slot.backward->replay();
   } else {
-    auto graph = graphs_->make();
+    // The forward's pool: a slot's backward always replays right after its forward, before
+    // the slot's next forward.
+    auto graph = graphs_->make(slot.forward.get());
+    detail::GraphResults results;
+    results.fixed = [this, index = p.slot] { return fixed_tensors(index); };
     graph->capture([&slot] {
       {
         torch::NoGradGuard no_grad;
@@ -194,7 +268,7 @@ StageTensors Stage::graphed_backward(Pending& p, const std::vector<torch::Tensor
       std::vector<torch::Tensor> roots = {slot.pending.output};
       for (const torch::Tensor& skip : slot.pending.skip_outputs) roots.push_back(skip);
       detail::backward_from(roots, slot.grad_outputs);
-    });
+    }, results);
     slot.backward = std::move(graph);
   }
   ++graphs_->passes;
@@ -223,11 +297,13 @@ bool Stage::graphed_update(double lr, int delay) {
     g.update->replay();
     return true;
   }
+  detail::GraphResults results;
+  results.fixed = [this] { return fixed_tensors(-1); };
   auto graph = g.make();
   graph->capture([this] {
     optimizer_->step_on_device();
     optimizer_->zero_grad_in_place();
-  });
+  }, results);
   g.update = std::move(graph);
   return true;
 }

@@ -30,6 +30,11 @@ struct Stage::Graphs {
 
   GraphSettings settings;
   std::string where;  // "<option>: partition k", how its messages begin
+  // The rows of the current segment's first micro-batch of a whole mini-batch, and its loss
+  // scale on the last stage: the graphs are captured for these.
+  int64_t whole_rows = 0;
+  double whole_loss_scale = 1.0;
+  bool captured = false;  // a forward was captured: units were watched for random draws before
   int eager_updates = 0;
   int64_t passes = 0;  // graphed ones
   int64_t eager_passes = 0;  // ones that ran eagerly instead
@@ -47,8 +52,10 @@ struct Stage::Graphs {
   // Before the first capture: every parameter that had a gradient gets one that stays.
   void arm(const std::vector<torch::Tensor>& params);
 
-  std::unique_ptr<detail::StepGraph> make() const {
-    return settings.mode == GraphMode::kCuda ? detail::make_cuda_graph(where) : detail::make_rerun_graph();
+  // A graph in a memory pool of its own, or in `share_pool_of`'s (one replayed right before it).
+  std::unique_ptr<detail::StepGraph> make(detail::StepGraph* share_pool_of = nullptr) const {
+    return settings.mode == GraphMode::kCuda ? detail::make_cuda_graph(where, share_pool_of)
+                                             : detail::make_replay_graph(where);
   }
 
   // A slot no forward in flight holds (slots grow to the forwards a stage keeps in flight).

@@ -162,6 +162,30 @@ void log_setup(Run& run, const std::function<void(const std::string&)>& log) {
   if (info.replicas > 1) log_replicas(run, log);
 }
 
+// Per partition, the passes that ran as CUDA graphs and those that ran eagerly while graphs
+// were on (exec::Stage::graphed_passes); null for a partition this process did not run
+// (another rank's).
+nlohmann::json graph_passes_json(exec::Pipeline& pipeline) {
+  nlohmann::json graphed = nlohmann::json::array(), eager = nlohmann::json::array();
+  for (const exec::Stage* stage : pipeline.stages()) {
+    const bool ran = stage->graphed_passes() + stage->eager_passes() > 0;
+    graphed.push_back(ran ? nlohmann::json(stage->graphed_passes()) : nlohmann::json());
+    eager.push_back(ran ? nlohmann::json(stage->eager_passes()) : nlohmann::json());
+  }
+  return {{"graphed_passes", graphed}, {"eager_passes", eager}};
+}
+
+// The log line of the same: "cuda graphs: partition 1 120 graphed, 9 eager passes; ...".
+std::string graph_passes_line(exec::Pipeline& pipeline) {
+  std::string line = "cuda graphs:";
+  for (const exec::Stage* stage : pipeline.stages()) {
+    if (stage->graphed_passes() + stage->eager_passes() == 0) continue;
+    line += c10::str(line.back() == ':' ? " " : "; ", "partition ", stage->index() + 1, " ",
+                     stage->graphed_passes(), " graphed, ", stage->eager_passes(), " eager passes");
+  }
+  return line;
+}
+
 nlohmann::json summary_json(Run& run, const TrainResult& r) {
   const PipelineTrainer& t = *run.trainer;
   const Options& o = run.options;
@@ -186,6 +210,7 @@ nlohmann::json summary_json(Run& run, const TrainResult& r) {
   s["evaluations"] = r.evaluations.size();
   s["eval_every"] = o.run().eval_every();
   s["time_to_target"] = time_to_target_json(r.time_to_target);
+  if (o.pipeline().cuda_graphs()) s.update(graph_passes_json(run.trainer->pipeline()));
   return s;
 }
 
@@ -307,6 +332,7 @@ TrainResult conclude(Run& run, TrainResult result, const FitResult& fitted, cons
   log(c10::str("done: test", result.test_accuracy ? c10::str(" accuracy ", *result.test_accuracy) : c10::str(" loss ", result.test_loss),
                ", ", static_cast<int64_t>(result.images_per_second),
                " img/s, ", result.wall_seconds, " s training", out.empty() ? "" : ", results in " + out));
+  if (run.options.pipeline().cuda_graphs()) log(graph_passes_line(t.pipeline()));
   for (const TargetTime& target : result.time_to_target) {
     log(target.reached ? c10::str("target ", target.target, "%: reached at step ", target.reached->step, " (epoch ",
                                   target.reached->epoch, ") after ", target.reached->wall_seconds, " s training")

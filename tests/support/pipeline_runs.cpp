@@ -67,6 +67,8 @@ void run_segment(const RunSpec& spec, exec::Pipeline& pipeline,
     return spec.lr * 0.5 * (1 + std::cos(M_PI * static_cast<double>(t) / static_cast<double>(spec.steps)));
   };
   context.threads_per_worker.assign(pipeline.num_stages(), 1);
+  context.on_step = spec.on_step;
+  context.read_losses_every = spec.read_losses_every;
   const int micro = kind == schedule::ScheduleKind::kGPipe ? spec.micro_batches : 1;
   const auto schedule = schedule::make_schedule(kind, pipeline.num_stages(), first, end, micro);
   exec::make_executor(exec::executor_from_name(executor))->run(schedule, pipeline.stages(), context);
@@ -109,11 +111,12 @@ std::vector<torch::Tensor> run_pipeline(const RunSpec& spec) {
   auto pipeline = make_pipeline(spec, model);
   exec::GraphSettings graphs;
   graphs.mode = spec.graphs;
+  graphs.batch_size = spec.batch_size;
   for (auto* stage : pipeline.stages()) stage->use_graphs(graphs);
   if (spec.switch_step < 0) {
-    run_segment(spec, pipeline, loader, spec.kind, spec.executor, 0, spec.steps);
+    run_segment(spec, pipeline, loader, spec.kind, spec.executor, spec.first_step, spec.steps);
   } else {
-    run_segment(spec, pipeline, loader, schedule::ScheduleKind::kStale, spec.executor, 0, spec.switch_step);
+    run_segment(spec, pipeline, loader, spec.before_switch, spec.executor, spec.first_step, spec.switch_step);
     run_segment(spec, pipeline, loader, schedule::ScheduleKind::kSequential, spec.executor,
                 spec.switch_step, spec.steps);
   }

@@ -29,8 +29,12 @@ struct RunSpec {
   double lr = 0.05;
   double momentum = 0.9;
   uint64_t seed = 7;
-  // Hybrid: stale for steps [0, switch_step), then sequential. -1: one schedule throughout.
+  // Hybrid: before_switch (stale) for steps [0, switch_step), then sequential. -1: one
+  // schedule throughout.
   int64_t switch_step = -1;
+  schedule::ScheduleKind before_switch = schedule::ScheduleKind::kStale;  // run_pipeline only
+  // run_pipeline only: the first step trained, from the initial weights (as a run resumed there).
+  int64_t first_step = 0;
   int micro_batches = 1;  // gpipe
   // Staleness mitigations (optim/sgd.h).
   bool delay_aware_lr = false;
@@ -48,6 +52,10 @@ struct RunSpec {
   exec::GraphMode graphs = exec::GraphMode::kOff;
   // run_pipeline only: called with the trained pipeline before its state is read.
   std::function<void(exec::Pipeline&)> inspect;
+  // run_pipeline only: each step's loss, read every read_losses_every steps
+  // (exec::SegmentContext).
+  std::function<void(int64_t step, const exec::StepLoss&)> on_step;
+  int64_t read_losses_every = 1;
 };
 
 // ResNet-20 cut at `ppv`, 8 steps of batch 4 from 24 samples, buffers (batch-norm running

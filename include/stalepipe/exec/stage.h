@@ -45,6 +45,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <torch/nn/modules/container/sequential.h>
@@ -86,16 +87,21 @@ struct StageTensors {
   std::vector<torch::Tensor> skips;
 };
 
-// How a stage runs its passes: eagerly, as CUDA graphs, or (tests only) through the CPU test
-// double of a graph that runs its work again at each replay (src/exec/step_graph_impl.h): it
-// exercises the slots, static tensors and in-place gradients on the CPU, not a capture.
-enum class GraphMode { kOff, kCuda, kRerunForTests };
+// How a stage runs its passes: eagerly, as CUDA graphs, or (tests only) through a CPU
+// stand-in that behaves like a replay (src/exec/step_graph_impl.h): it runs the work again,
+// then writes the results into the memory the capture's results live in, and throws where a
+// tensor a replay writes in place (a gradient, a parameter) moved; it exercises the slots,
+// static tensors, copies and in-place gradients on the CPU, not a capture.
+enum class GraphMode { kOff, kCuda, kReplayForTests };
 
 struct GraphSettings {
   GraphMode mode = GraphMode::kOff;
   // Updates that run eagerly before the first capture (cuDNN's autotuning, lazy
   // initialisation, the momentum buffers); at least 1.
   int eager_steps = 2;
+  // The mini-batch size B the pipeline is fed: the graphs are captured for the first micro-batch
+  // of a whole mini-batch (B / micro_batches rounded up samples); at least 1.
+  int64_t batch_size = 0;
   // The option's name in messages.
   std::string option = "cuda_graphs";
 };
@@ -126,11 +132,17 @@ class Stage {
 
   // Runs the passes as graphs from now on (above). Throws UsageError naming settings.option
   // and the partition where this partition cannot: kCuda on a device other than CUDA or in a
-  // build without CUDA, a unit that draws random numbers (dropout: a replay would repeat its
-  // masks), recomputation. A capture that fails later throws UsageError naming both too.
+  // build without CUDA, stalepipe's dropout in a unit (its masks come from the host, and a
+  // replay would repeat them), recomputation. Later, a unit whose forward draws from the
+  // device's default generator during the eager passes before the first capture (LibTorch's
+  // dropout, bernoulli_, rand: a replay would repeat its offsets), or a capture that fails,
+  // throws UsageError naming both and the unit or the error.
+  // Graphs are captured for the first micro-batch of a whole mini-batch; a segment
+  // (begin_segment) whose micro-batches differ in size from the captured ones drops the
+  // forwards' and backwards' graphs, and its first whole micro-batch captures new ones.
   void use_graphs(const GraphSettings& settings);
   // The notes since the last call: a pass that ran eagerly because its shapes differ from
-  // the captured ones (a last partial batch), once per stage.
+  // the captured ones (a partial batch, unequal micro-batches), once per stage.
   std::vector<std::string> take_notes();
   // The passes (forwards, backwards, updates) that ran as a graph, captured or replayed, and
   // those that ran eagerly while graphs were on (the warm-up, other shapes); both 0 without.
@@ -155,8 +167,8 @@ class Stage {
   DeviceStream& stream() { return *stream_; }
 
   // Called by the executor before a segment of `schedule` runs: every update before
-  // schedule.first_step has been applied. `lr` gives the learning rate of a step (weight
-  // prediction extrapolates with it).
+  // schedule.first_step has been applied, nothing is in flight. `lr` gives the learning rate of
+  // a step (weight prediction extrapolates with it).
   void begin_segment(const schedule::Schedule& schedule, std::function<double(int64_t)> lr);
 
   // Forward of micro-batch `micro` of mini-batch `step` on a non-last stage. The input tensors
@@ -243,8 +255,19 @@ class Stage {
   // eagerly instead; the backward of a graphed forward is graphed.
   bool graphed_forward(int64_t step, int micro, Pending& p, const torch::Tensor& y, double loss_scale,
                        PendingLoss& loss);
+  // The first forward of graph slot `index`, captured from its statics.
+  void capture_forward(int index);
   StageTensors graphed_backward(Pending& p, const std::vector<torch::Tensor>& grads);
   bool graphed_update(double lr, int delay);
+  // begin_segment's part: the shapes this segment's graphs are for.
+  void begin_graphs_segment(int micro_batches);
+  // Unit u's forward before the first capture: refused where it draws from the device's
+  // default generator.
+  torch::Tensor watched_unit(size_t u, torch::Tensor x, models::SkipTable& table);
+  // What the graphs write in place (the replay stand-in checks their addresses): the static
+  // leaves' gradients of `slot` (none: -1), then the parameters, their gradients, the buffers
+  // and the momentum buffers.
+  std::vector<std::pair<std::string, torch::Tensor>> fixed_tensors(int slot) const;
   // After an eager update: the gradients zeroed where graphs accumulate into them, dropped
   // otherwise.
   void clear_gradients();

@@ -239,8 +239,9 @@ TEST(PipelineTrainer, PassesWithoutGraphsAreNotedOncePerPartition) {
   batches.push_back({batches[0].data.narrow(0, 0, 3), batches[0].target.narrow(0, 0, 3)});
   PipelineTrainer trainer(user_lenet5(4), Flat().ppv({2}).threads_per_worker(1));
   exec::GraphSettings graphs;
-  graphs.mode = exec::GraphMode::kRerunForTests;
+  graphs.mode = exec::GraphMode::kReplayForTests;
   graphs.option = field_name(Field::cuda_graphs);
+  graphs.batch_size = batches[0].data.size(0);
   for (auto* stage : trainer.pipeline().stages()) stage->use_graphs(graphs);
   std::vector<std::string> warnings;
   FitHooks hooks;

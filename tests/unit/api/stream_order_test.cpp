@@ -158,7 +158,8 @@ std::vector<torch::Tensor> probe_run(const Probe& p, const char* executor, const
                           loader.batches_per_epoch());
   if (p.graphs && !gpu) {
     exec::GraphSettings graphs;
-    graphs.mode = exec::GraphMode::kRerunForTests;
+    graphs.mode = exec::GraphMode::kReplayForTests;
+    graphs.batch_size = loader.options().batch_size();
     for (auto* stage : trainer.pipeline().stages()) stage->use_graphs(graphs);
   }
   LoaderSource source(loader, device);

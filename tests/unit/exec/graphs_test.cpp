@@ -1,14 +1,19 @@
 // CUDA graphs (exec::Stage::use_graphs): the slots, static inputs and outputs, gradients
-// accumulated in place and the update's values on the device give the training the eager
-// passes give. On the CPU the graphs are the test double that runs their work again at each
-// replay (src/exec/step_graph_impl.h): what these tests check there is the plumbing around the
-// graphs, not a capture. STALEPIPE_TEST_DEVICE=cuda:N (scripts/gpu-check.sh graphs) trains on
-// that GPU with real CUDA graphs instead.
+// accumulated in place and the update's values on the device give the training (and the
+// losses) the eager passes give. On the CPU the graphs are the stand-in that behaves like a
+// replay (src/exec/step_graph_impl.h): it runs the work again but leaves the results in the
+// capture's memory, so a result kept without a copy is overwritten as a replay would; what
+// these tests check there is the plumbing around the graphs, not a capture.
+// STALEPIPE_TEST_DEVICE=cuda:N (scripts/gpu-check.sh graphs) trains on that GPU with real CUDA
+// graphs instead.
 #include <string>
+#include <utility>
 
 #include <gtest/gtest.h>
+#include <torch/nn/modules/dropout.h>
 #include <torch/nn/modules/linear.h>
 
+#include "exec/step_graph_impl.h"
 #include "stalepipe/common/error.h"
 #include "stalepipe/models/dropout.h"
 #include "support/error_of.h"
@@ -28,20 +33,26 @@ struct GraphTarget {
 GraphTarget graph_target() {
   const torch::Device device = test_device();
   if (device.is_cuda()) return {device, exec::GraphMode::kCuda};
-  return {torch::kCPU, exec::GraphMode::kRerunForTests};
+  return {torch::kCPU, exec::GraphMode::kReplayForTests};
 }
 
 // Trains `spec` with a cosine learning rate eagerly, then with graphs, from the same seed;
-// returns the graphed run's notes. The weights (and buffers) agree bit for bit on the CPU,
-// where the update with its values on the device rounds as the host's (tests/unit/optim);
-// on a GPU within 1e-3 relative, 1e-5 absolute (the update's products may round apart from
-// fused kernels, and cuDNN picks its algorithms per run).
+// returns the graphed run's notes. The weights (and buffers) and the losses, read every 4
+// steps (a slot's next replay comes first), agree bit for bit on the CPU, where the update
+// with its values on the device rounds as the host's (tests/unit/optim); on a GPU within 1e-3
+// relative, 1e-5 absolute (the update's products may round apart from fused kernels, and cuDNN
+// picks its algorithms per run).
 std::vector<std::string> expect_graphed_equals_eager(RunSpec spec, const std::string& what) {
   const GraphTarget target = graph_target();
   spec.device = target.device;
   spec.cosine_lr = true;
+  spec.read_losses_every = 4;
+  std::vector<double> eager_losses, graphed_losses;
+  std::vector<double>* losses = &eager_losses;
+  spec.on_step = [&](int64_t, const exec::StepLoss& loss) { losses->push_back(loss.loss); };
   const auto eager = run_pipeline(spec);
   spec.graphs = target.mode;
+  losses = &graphed_losses;
   int64_t passes = 0;
   std::vector<std::string> notes;
   spec.inspect = [&](exec::Pipeline& pipeline) {
@@ -52,8 +63,10 @@ std::vector<std::string> expect_graphed_equals_eager(RunSpec spec, const std::st
   };
   const auto graphed = run_pipeline(spec);
   EXPECT_GT(passes, 0) << what << ": no pass ran as a graph";
+  EXPECT_EQ(graphed_losses.size(), eager_losses.size()) << what;
   if (target.device.is_cpu()) {
     EXPECT_TRUE(all_equal(graphed, eager)) << what;
+    EXPECT_EQ(graphed_losses, eager_losses) << what << ": the losses";
   } else {
     EXPECT_TRUE(all_close(graphed, eager, 1e-3, 1e-5)) << what;
   }
@@ -114,19 +127,52 @@ TEST(Graphs, APartialLastBatchRunsEagerlyWithOneNotePerPartition) {
   }
 }
 
+// After a resume whose first batch is partial the graphs wait for a whole one: the partial
+// batches run eagerly, the whole ones as graphs.
+TEST(Graphs, AResumeAtAPartialBatchCapturesAtTheFirstWholeOne) {
+  RunSpec spec = lenet5_two_partitions();
+  spec.train_size = 40;  // 16, 16, 8 each epoch
+  spec.first_step = 2;   // the partial one
+  const auto notes = expect_graphed_equals_eager(spec, "resumed at a partial batch");
+  ASSERT_EQ(notes.size(), 2u);
+  for (const std::string& note : notes) {  // graphs captured for [8, ...] would leave [16, ...] eager
+    EXPECT_NE(note.find("has input [8, "), std::string::npos) << note;
+    EXPECT_EQ(note.find("captured input [8, "), std::string::npos) << note;
+  }
+}
+
+// GPipe's micro-batches of 8, then sequential mini-batches of 16: the switch drops the
+// micro-batches' graphs and the first whole mini-batch captures new ones; no pass runs eagerly
+// for its shapes (that would leave a note).
+TEST(Graphs, ASwitchToOtherMicroBatchesCapturesAnew) {
+  RunSpec spec = lenet5_two_partitions();
+  spec.before_switch = ScheduleKind::kGPipe;
+  spec.micro_batches = 2;
+  spec.switch_step = 6;
+  const auto notes = expect_graphed_equals_eager(spec, "gpipe M=2, then sequential");
+  EXPECT_TRUE(notes.empty()) << notes.front();
+}
+
 exec::Stage small_stage(torch::nn::Sequential module, size_t recompute_units = 0) {
   return exec::Stage(0, 1, std::move(module), torch::kCPU, optim::SgdOptions(), {}, 0,
                      torch::MemoryFormat::Contiguous, recompute_units);
 }
 
-TEST(Graphs, RefusedWhereAPartitionCannotBeCaptured) {
+exec::GraphSettings replay_settings(int64_t batch_size) {
   exec::GraphSettings settings;
+  settings.mode = exec::GraphMode::kReplayForTests;
+  settings.batch_size = batch_size;
+  return settings;
+}
+
+TEST(Graphs, RefusedWhereAPartitionCannotBeCaptured) {
+  exec::GraphSettings settings = replay_settings(2);
   settings.mode = exec::GraphMode::kCuda;
   settings.option = "PipelineOptions::cuda_graphs";
   auto linear = [] { return torch::nn::Sequential(torch::nn::Linear(4, 2)); };
   const std::string cpu = error_of<UsageError>([&] { small_stage(linear()).use_graphs(settings); });
   EXPECT_NE(cpu.find("PipelineOptions::cuda_graphs: partition 1"), std::string::npos) << cpu;
-  settings.mode = exec::GraphMode::kRerunForTests;
+  settings.mode = exec::GraphMode::kReplayForTests;
   const std::string dropout = error_of<UsageError>([&] {
     small_stage(torch::nn::Sequential(torch::nn::Linear(4, 4), models::Dropout(0.5))).use_graphs(settings);
   });
@@ -135,7 +181,66 @@ TEST(Graphs, RefusedWhereAPartitionCannotBeCaptured) {
     small_stage(torch::nn::Sequential(torch::nn::Linear(4, 4), torch::nn::Linear(4, 2)), 1).use_graphs(settings);
   });
   EXPECT_NE(recompute.find("partition 1 recomputes"), std::string::npos) << recompute;
+  const std::string no_batch = error_of<UsageError>([&] { small_stage(linear()).use_graphs(replay_settings(0)); });
+  EXPECT_NE(no_batch.find("the mini-batch size"), std::string::npos) << no_batch;
   EXPECT_NO_THROW(small_stage(linear()).use_graphs(settings));
+}
+
+// Trains a one-partition stage on batches of 2 with graphs; returns its graphed passes.
+int64_t train_graphed(exec::Stage& stage, int64_t steps) {
+  stage.use_graphs(replay_settings(2));
+  stage.begin_segment(schedule::make_sequential(1, 0, steps), [](int64_t) { return 0.1; });
+  torch::manual_seed(3);
+  for (int64_t t = 0; t < steps; ++t) {
+    stage.forward_loss(t, torch::randn({2, 4}), torch::tensor({0, 1}));
+    stage.backward(t, torch::Tensor());
+    stage.update(t, 0.1);
+  }
+  return stage.graphed_passes();
+}
+
+// A unit that draws from the device's default generator (LibTorch's own dropout) is found in
+// the eager passes before the first capture, and named.
+TEST(Graphs, AUnitThatDrawsFromTheDefaultGeneratorIsRefused) {
+  exec::Stage plain = small_stage(torch::nn::Sequential(torch::nn::Linear(4, 4), torch::nn::Linear(4, 2)));
+  EXPECT_GT(train_graphed(plain, 4), 0);  // no draw: captured
+  exec::Stage drawing = small_stage(torch::nn::Sequential(torch::nn::Linear(4, 4), torch::nn::Dropout(0.5),
+                                                          torch::nn::Linear(4, 2)));
+  const std::string error = error_of<UsageError>([&] { train_graphed(drawing, 4); });
+  EXPECT_NE(error.find("cuda_graphs: partition 1, unit 1 draws random numbers from the device's default generator"),
+            std::string::npos) << error;
+}
+
+// The stand-in behaves like a replay: a result kept without a copy (the mistake a missing
+// clone() makes) holds what the next replay wrote, as on a GPU; a re-run alone would leave it
+// the old value. The result keeps its autograd graph, and stays where the capture left it.
+TEST(Graphs, TheReplayStandInOverwritesAResultKeptWithoutACopy) {
+  const torch::Tensor w = torch::ones({3}, torch::requires_grad());
+  const torch::Tensor x = torch::full({3}, 2.0);
+  torch::Tensor out;
+  exec::detail::GraphResults results;
+  results.outputs = [&] { return std::vector<torch::Tensor*>{&out}; };
+  auto graph = exec::detail::make_replay_graph("test graph");
+  graph->capture([&] { out = w * x; }, results);
+  const torch::Tensor kept = out;  // no clone()
+  x.fill_(5.0);
+  graph->replay();
+  EXPECT_TRUE(torch::equal(kept, torch::full({3}, 5.0))) << kept;
+  EXPECT_EQ(out.data_ptr(), kept.data_ptr());
+  out.sum().backward();
+  EXPECT_TRUE(torch::equal(w.grad(), x)) << w.grad();
+}
+
+// A tensor a replay writes in place (a gradient) that the work moved is named.
+TEST(Graphs, TheReplayStandInRefusesAFixedTensorThatMoved) {
+  const torch::Tensor w = torch::ones({3}, torch::requires_grad());
+  w.mutable_grad() = torch::zeros_like(w);
+  exec::detail::GraphResults results;
+  results.fixed = [&] { return std::vector<std::pair<std::string, torch::Tensor>>{{"w's gradient", w.grad()}}; };
+  auto graph = exec::detail::make_replay_graph("test graph");
+  graph->capture([&] { w.mutable_grad() = torch::ones_like(w); }, results);  // re-allocates
+  const std::string error = error_of<RuntimeError>([&] { graph->replay(); });
+  EXPECT_NE(error.find("test graph: w's gradient moved"), std::string::npos) << error;
 }
 
 }  // namespace

@@ -214,7 +214,7 @@ TEST(TorchScriptFunctional, GraphsRefuseAPieceThatDraws) {
   exec::Stage stage(0, 1, model.as_sequential(), torch::kCPU, optim::SgdOptions(), {}, 0,
                     torch::MemoryFormat::Contiguous, 0, skips);
   exec::GraphSettings settings;
-  settings.mode = exec::GraphMode::kRerunForTests;
+  settings.mode = exec::GraphMode::kReplayForTests;
   const std::string error = error_of<UsageError>([&] { stage.use_graphs(settings); });
   EXPECT_NE(error.find("partition 1: unit c2 draws random numbers"), std::string::npos) << error;
   EXPECT_EQ(error.find('\n'), std::string::npos) << error;
