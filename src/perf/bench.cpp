@@ -165,22 +165,23 @@ Measurement measure_side_by_side(const Setup& setup, int workers, int threads_ea
   return total;
 }
 
-// The tree's fields through check_options (a given ppv overrides partitions), then bench's own.
+// Bench's fields that rule out the configuration set, the tree's through check_options (a given
+// ppv overrides partitions), then bench's own.
 void check_options(const BenchOptions& o, int K) {
   const PipelineOptions& p = o.training().pipeline();
   SP_CHECK_ARG(!p.ppv().empty() || (p.partitions() >= 1 && p.partitions() <= 64), field_name(Field::partitions),
                " must be 1..64, got ", p.partitions());
+  SP_CHECK_ARG(o.seconds() == 0, "BenchOptions::seconds ", o.seconds(), ": the configuration set counts steps; "
+               "run_steady (perf/steady.h) times one configuration for seconds");
+  SP_CHECK_ARG(p.devices().empty() && !p.cuda_graphs() && p.precision() == exec::Precision::kFp32,
+               field_name(Field::devices), ", ", field_name(Field::precision), " and ", field_name(Field::cuda_graphs),
+               ": the configuration set runs on the CPU in fp32; they apply with BenchOptions::seconds");
   Options checked = bench_options(o, p.ppv(), K);
   checked.pipeline().replicas(p.replicas());
   stalepipe::check_options(checked);
   SP_CHECK_ARG(o.channels() >= 1 && o.channels() <= 64, "BenchOptions::channels must be 1..64, got ", o.channels());
   SP_CHECK_ARG(o.warmup_steps() >= 0, "BenchOptions::warmup_steps must be >= 0, got ", o.warmup_steps());
   SP_CHECK_ARG(o.rounds() >= 1 && o.rounds() <= 100, "BenchOptions::rounds must be 1..100, got ", o.rounds());
-  SP_CHECK_ARG(o.seconds() == 0, "BenchOptions::seconds ", o.seconds(), ": the configuration set counts steps; "
-               "run_steady (perf/steady.h) times one configuration for seconds");
-  SP_CHECK_ARG(p.devices().empty() && !p.cuda_graphs() && p.precision() == exec::Precision::kFp32,
-               field_name(Field::devices), ", ", field_name(Field::precision), " and ", field_name(Field::cuda_graphs),
-               ": the configuration set runs on the CPU in fp32; they apply with BenchOptions::seconds");
   SP_CHECK_ARG(K >= 2, "bench measures a pipeline of 2 or more partitions: give ", field_name(Field::partitions),
                " >= 2 or a ", field_name(Field::ppv), " with at least one register");
   SP_CHECK_ARG(o.steps() >= 4 * K + 2 && o.steps() <= 100000, "BenchOptions::steps ", o.steps(),
