@@ -2,8 +2,10 @@
 """PyTorch on one GPU, eager or torch.compile'd: the peer of `stalepipe train --devices cuda:0`
 (scripts/gpu-check.sh speed). The networks are bench/peers.py's, unit for unit stalepipe's;
 training is plain SGD (lr 0.01, momentum 0.9, weight decay 5e-4) on a fixed batch already on the
-device, so the peer pays no input cost, and no step waits for the device (steps are timed in
-chunks of 20, the loss checked once, at the end).
+device (N(0, 1) pixels, uniform labels), so the peer pays no input cost, as `stalepipe bench
+--seconds` does not; steps are timed in chunks of 20 (one wait for the device after each), the
+loss checked once, at the end. The JSON line states the switches read after the timed steps:
+cudnn_benchmark (left at PyTorch's default, off), cudnn_tf32 and matmul_tf32.
 
     python3 bench/gpu_peer.py --model resnet56 --batch-size 128 --layout channels-last --precision fp32
 prints one line: model, batch, layout, precision, images/s; --json FILE appends it as JSON.
@@ -47,11 +49,16 @@ class PeerError(Exception):
 
 
 def set_precision(precision):
-    """Sets the process's TF32 flags for `precision` and returns what the JSON line states."""
+    """Sets the process's TF32 flags for `precision`. cuDNN's benchmark mode stays PyTorch's
+    default (off), as stalepipe leaves LibTorch's."""
     tf32 = precision != "fp32"
     torch.backends.cudnn.allow_tf32 = tf32
     torch.backends.cuda.matmul.allow_tf32 = tf32
-    flags = {"precision": precision, "cudnn_tf32": torch.backends.cudnn.allow_tf32,
+
+
+def switches():
+    """The switches in effect now, under the keys `stalepipe bench --json` gives ours."""
+    flags = {"cudnn_benchmark": torch.backends.cudnn.benchmark, "cudnn_tf32": torch.backends.cudnn.allow_tf32,
              "matmul_tf32": torch.backends.cuda.matmul.allow_tf32}
     conv = getattr(getattr(torch.backends.cudnn, "conv", None), "fp32_precision", None)
     if conv is not None:  # PyTorch 2.9 and later also state it in their newer terms
@@ -172,8 +179,9 @@ def cudagraph_skips():
     return counters["inductor"]["cudagraph_skips"]
 
 
-def measure(args, setups, device, flags):
-    """One measurement of args' configuration, reusing its Setup; returns the JSON object."""
+def measure(args, setups, device):
+    """One measurement of args' configuration, reusing its Setup; returns the JSON object with
+    the switches read after the timed steps."""
     key = (args.model, args.batch_size, args.layout, args.compile)
     if key not in setups:
         setups[key] = Setup(args, device)
@@ -181,7 +189,8 @@ def measure(args, setups, device, flags):
     warmup = setup.warm_up(args.warmup_steps if not setup.warmed else min(args.warmup_steps, 10))
     images_per_second, steps = setup.rate(args.seconds)
     result = {"who": "pytorch-compile" if args.compile else "pytorch-eager", "config": args.config, "model": args.model,
-              "batch_size": args.batch_size, "layout": args.layout, **flags, "compile": args.compile,
+              "batch_size": args.batch_size, "layout": args.layout, "precision": args.precision, **switches(),
+              "compile": args.compile,
               "compile_mode": "reduce-overhead" if args.compile else None,
               "compile_seconds": round(setup.compile_seconds, 2) if setup.compile_seconds else None,
               "warmup_seconds": round(warmup, 2), "timed_steps": steps,
@@ -194,8 +203,8 @@ def measure(args, setups, device, flags):
 
 def describe(j):
     text = (f"pytorch {'compile' if j['compile'] else 'eager'} {j['model']} b{j['batch_size']} {j['layout']} "
-            f"{j['precision']}: {j['images_per_second']:.0f} img/s (cuDNN TF32 {j['cudnn_tf32']}, "
-            f"matmul TF32 {j['matmul_tf32']}")
+            f"{j['precision']}: {j['images_per_second']:.0f} img/s (cuDNN benchmark {j['cudnn_benchmark']}, "
+            f"cuDNN TF32 {j['cudnn_tf32']}, matmul TF32 {j['matmul_tf32']}")
     if j["compile_seconds"] is not None:
         text += f", compiled in {j['compile_seconds']:.0f} s"
     return text + ")"
@@ -230,7 +239,7 @@ class RequestError(Exception):
     pass
 
 
-def serve(args, device, flags):
+def serve(args, device):
     """Answers each stdin line (options of this script) with one JSON line on the original
     stdout (ANSWERS, set up before the imports)."""
     ap = parser()
@@ -249,7 +258,7 @@ def serve(args, device, flags):
                 raise RequestError(f"a request keeps the server's --precision {args.precision} and "
                                    f"--device {args.device}, and cannot --serve")
             check(request)
-            j = measure(request, setups, device, flags)
+            j = measure(request, setups, device)
             print(describe(j), file=sys.stderr, flush=True)
         except (PeerError, RequestError) as e:
             j = {"error": str(e), "request": line.strip()}
@@ -265,11 +274,11 @@ def main():
     try:
         check(args)
         device = check_device(args.device)
-        flags = set_precision(args.precision)
+        set_precision(args.precision)
         if args.serve:
-            serve(args, device, flags)
+            serve(args, device)
             return
-        j = measure(args, {}, device, flags)
+        j = measure(args, {}, device)
     except PeerError as e:
         sys.exit(f"gpu_peer.py: error: {e}")
     print(describe(j))

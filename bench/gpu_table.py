@@ -4,7 +4,10 @@
     python3 bench/gpu_table.py speed OUT/speed.jsonl [--json OUT/speed.json]
         medians over the alternated rounds of stalepipe's rates and PyTorch's, per precision:
         ours against eager's best layout and against torch.compile's best (reduce-overhead),
-        and two partitions on one GPU against one.
+        each side's switches (cuDNN benchmark, TF32), two partitions on one GPU against one,
+        --cuda-graphs against without in speed and in peak reserved GPU memory. Ends with
+        status 1 after a FAIL line: the two sides' switches differ, or a -graphs row has a
+        partition that ran no pass as a CUDA graph.
     python3 bench/gpu_table.py tta OUT/tta.jsonl [--json OUT/tta.json]
         time to each target, per seed, of stalepipe's configurations and the PyTorch eager
         loop (bench/gpu_tta_peer.py), and how many times sooner ours reached the last target
@@ -56,6 +59,75 @@ def best(median, who, config, precision):
     return max(found) if found else (None, "")
 
 
+# The process-wide switches both sides state (stalepipe bench --json, gpu_peer.py), as named
+# in PyTorch: torch.backends.cudnn.benchmark, torch.backends.cuda.matmul.allow_tf32,
+# torch.backends.cudnn.allow_tf32.
+SWITCHES = ("cudnn_benchmark", "matmul_tf32", "cudnn_tf32")
+SWITCHES_TEXT = "cudnn.benchmark/matmul TF32/cuDNN TF32"
+
+
+def switches_text(j):
+    """ "off/off/off": the row's switches in SWITCHES' order ("?" where it states none)."""
+    return "/".join(("on" if j[k] else "off") if k in j else "?" for k in SWITCHES)
+
+
+def graphs_failure(j):
+    """The one-line failure of a -graphs row whose partitions did not all run passes as CUDA
+    graphs in the timed part; None when they did."""
+    parts = j.get("partitions") or []
+    idle = [str(k) for k, p in enumerate(parts, 1) if p.get("graphed_passes", 0) <= 0]
+    if parts and not idle:
+        return None
+    which = f"partition(s) {', '.join(idle)}" if idle else "no partition"
+    eager = sum(p.get("eager_passes", 0) for p in parts)
+    return (f"FAIL: {j['config']} ({j.get('precision', '?')}): --cuda-graphs, but {which} ran no pass as a CUDA "
+            f"graph in the timed part ({eager} eager pass(es))")
+
+
+def mib(value):
+    return f"{value / 2**20:.0f}" if value is not None else "-"
+
+
+def speed_memory(rows):
+    """Peak reserved GPU memory of each configuration with --cuda-graphs beside its eager one
+    (medians over the rounds)."""
+    peaks = collections.defaultdict(list)  # (config, precision) -> bytes per round
+    for j in rows:
+        if j["who"] == "stalepipe" and j.get("peak_reserved_bytes") is not None:
+            peaks[(j["config"], j["precision"])].append(j["peak_reserved_bytes"])
+    lines, result = [], []
+    for (config, precision) in sorted(k for k in peaks if k[0].endswith("-graphs")):
+        eager_values = peaks.get((config.removesuffix("-graphs"), precision))
+        graphed = statistics.median(peaks[(config, precision)])
+        eager = statistics.median(eager_values) if eager_values else None
+        ratio = graphed / eager if eager else None
+        result.append({"config": config, "precision": precision, "eager_peak_reserved_bytes": eager,
+                       "graphs_peak_reserved_bytes": graphed, "ratio": ratio})
+        lines.append(f"| {config.removesuffix('-graphs')} | {precision} | {mib(eager)} | {mib(graphed)} | {ratio_text(ratio)} |")
+    if lines:
+        lines = ["", "| configuration | precision | peak reserved, eager (MiB) | peak reserved, --cuda-graphs (MiB) "
+                 "| graphs / eager |", "|---|---|---|---|---|"] + lines
+    return lines, result
+
+
+def speed_switches(rows, ours_keys, peer_of):
+    """Each configuration's switches, ours and its peer's ("off/off/off; off/off/off"), and a
+    failure line where they differ or vary between rounds."""
+    seen = collections.defaultdict(set)  # (who-side, config, precision) -> switch texts
+    for j in rows:
+        side = "ours" if j["who"] == "stalepipe" else "peer"
+        seen[(side, j["config"], j.get("precision", "?"))].add(switches_text(j))
+    texts, failures = {}, []
+    for (_, config, precision, _) in ours_keys:
+        ours = seen[("ours", config, precision)]
+        peer = seen.get(("peer", peer_of[config], precision), set())
+        texts[(config, precision)] = f"{'|'.join(sorted(ours))}; {'|'.join(sorted(peer)) or '-'}"
+        if peer and (len(ours | peer) > 1 or "?" in "".join(ours | peer)):
+            failures.append(f"FAIL: {config} ({precision}): the switches ({SWITCHES_TEXT}) differ: stalepipe "
+                            f"{', '.join(sorted(ours))}, PyTorch {', '.join(sorted(peer))}")
+    return texts, failures
+
+
 def speed_table(rows):
     rates = collections.defaultdict(list)  # (who, config, precision, layout) -> images/s per round
     peer_of, compile_seconds = {}, {}
@@ -67,13 +139,15 @@ def speed_table(rows):
         if j.get("compile_seconds"):
             compile_seconds[key] = j["compile_seconds"]
     median = {k: statistics.median(v) for k, v in rates.items()}
+    ours_keys = sorted(k for k in median if k[0] == "stalepipe")
+    switches, failures = speed_switches(rows, ours_keys, peer_of)
     lines = ["| configuration | precision | stalepipe (img/s) | PyTorch eager, best layout (img/s) | ratio "
-             "| torch.compile, best layout (img/s) | ratio | rounds |", "|---|---|---|---|---|---|---|---|"]
+             f"| torch.compile, best layout (img/s) | ratio | rounds | {SWITCHES_TEXT}: stalepipe; PyTorch |",
+             "|---|---|---|---|---|---|---|---|---|"]
     result = {"medians": [], "ratios": []}
     for (who, config, precision, layout), value in sorted(median.items()):
         result["medians"].append({"who": who, "config": config, "precision": precision, "layout": layout,
                                   "images_per_second": value, "rounds": len(rates[(who, config, precision, layout)])})
-    ours_keys = sorted(k for k in median if k[0] == "stalepipe")
     for key in ours_keys:
         _, config, precision, _ = key
         rate, peer = median[key], peer_of[config]
@@ -84,11 +158,11 @@ def speed_table(rows):
         result["ratios"].append({"config": config, "precision": precision, "stalepipe": rate, "peer": peer,
                                  "eager_best": eager, "eager_layout": eager_layout, "ratio_eager": r_eager,
                                  "compile_best": compiled, "compile_layout": compiled_layout,
-                                 "ratio_compile": r_compile})
+                                 "ratio_compile": r_compile, "switches": switches[(config, precision)]})
         lines.append(f"| {config} | {precision} | {rate:.0f} | "
                      + (f"{eager:.0f} ({eager_layout})" if eager else "-") + f" | {ratio_text(r_eager)} | "
                      + (f"{compiled:.0f} ({compiled_layout})" if compiled else "-")
-                     + f" | {ratio_text(r_compile)} | {len(rates[key])} |")
+                     + f" | {ratio_text(r_compile)} | {len(rates[key])} | {switches[(config, precision)]} |")
     for precision in sorted({k[2] for k in ours_keys}):
         one = median.get(("stalepipe", "resnet56-b128-1p", precision, ""))
         two = median.get(("stalepipe", "resnet56-b128-2p", precision, ""))
@@ -100,6 +174,8 @@ def speed_table(rows):
             graphed = median[("stalepipe", config, precision, "")]
             lines.append(f"--cuda-graphs against without, {config.removesuffix('-graphs')}, {precision}: "
                          f"{graphed / plain:.2f}x")
+    memory_lines, result["memory"] = speed_memory(rows)
+    lines += memory_lines
     skips = max((j.get("cudagraph_skips") or 0 for j in rows), default=0)
     if skips:
         lines.append(f"note: torch.compile fell back from CUDA graphs {skips} time(s) in the peer's process "
@@ -107,7 +183,10 @@ def speed_table(rows):
     for (who, config, precision, layout), seconds in sorted(compile_seconds.items()):
         lines.append(f"torch.compile (reduce-overhead) of {config} {layout} {precision}: {seconds:.0f} s, once per "
                      "process, outside the rates")
-    return lines, result
+    failures += [f for f in map(graphs_failure, (j for j in rows if j["who"] == "stalepipe"
+                                                  and j["config"].endswith("-graphs"))) if f]
+    result["failures"] = failures
+    return lines + failures, result
 
 
 def geometric_mean(values):
@@ -205,6 +284,8 @@ def main():
         with open(args.json, "w") as f:
             json.dump({"rows": rows, **result}, f, indent=1)
             f.write("\n")
+    if result.get("failures"):
+        sys.exit(1)
 
 
 if __name__ == "__main__":

@@ -208,7 +208,7 @@ def main():
     try:
         check(args)
         device = gpu_peer.check_device(args.device)
-        flags = gpu_peer.set_precision(args.precision)
+        gpu_peer.set_precision(args.precision)
         (train_x, train_y), test = load(args.data, args.train_subset, args.test_subset)
         if train_x.shape[0] < args.batch_size:
             raise gpu_peer.PeerError(f"--batch-size {args.batch_size}: more than the {train_x.shape[0]} training images")
@@ -220,7 +220,8 @@ def main():
         sys.exit(f"gpu_tta_peer.py: error: {e}")
     seconds = evaluations[-1]["wall_seconds"]
     result = {"who": "pytorch-eager", "config": "pytorch-eager", "seed": args.seed, "model": args.model,
-              "batch_size": args.batch_size, "layout": args.layout, **flags, "epochs": args.epochs,
+              "batch_size": args.batch_size, "layout": args.layout, "precision": args.precision,
+              **gpu_peer.switches(), "epochs": args.epochs,
               "steps": steps, "train_seconds": seconds,
               "images_per_second": round(steps * args.batch_size / seconds, 1) if seconds > 0 else None,
               "test_accuracy": evaluations[-1]["test_accuracy"], "normalization": [mean, std],

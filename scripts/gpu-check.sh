@@ -7,7 +7,7 @@
 #   scripts/gpu-check.sh speed DEPS OUT ROUNDS [PRECISION]            # there: the one-GPU speed table
 #   scripts/gpu-check.sh tta DEPS OUT SECONDS PRECISION [SEED...]     # there: time to accuracy against PyTorch
 #   scripts/gpu-check.sh precision DEPS OUT SECONDS [SEED...]         # there: bf16 against fp32
-#   scripts/gpu-check.sh graphs DEPS OUT                              # there: the CUDA graphs' and input's tests on cuda:0
+#   scripts/gpu-check.sh graphs DEPS OUT                              # there: the CUDA graphs', input's and race probe's tests on cuda:0
 #
 # `run` builds in build-gpu, runs `ctest -L unit`, then trains each experiment file with
 # `stalepipe sweep` until SECONDS (counted from the script's start) have passed; a sweep stopped
@@ -15,18 +15,20 @@
 # experiment's results. `speed`, `tta` and `precision` build the CLI only (no tests) and write
 # OUT/<mode>.jsonl (every run), OUT/<mode>.json (rows and figures) and OUT/<mode>.md (the table);
 # docs/performance.md ("On a GPU") gives what each prints and how long it takes.
-# PRECISION: fp32 (TF32 off), tf32 or bf16, the same on both sides (`stalepipe train --precision`,
-# bench/gpu_peer.py --precision).
+# PRECISION: fp32 (TF32 off), tf32 or bf16, the same on both sides (`stalepipe train` and
+# `stalepipe bench --precision`, bench/gpu_peer.py --precision); cuDNN's benchmark mode is left
+# off on both, PyTorch eager's default.
 #
 # Knobs for a dry run of the measuring modes on a CPU (their figures mean nothing there):
 # SP=path/to/stalepipe uses that binary instead of building; DEVICE=cpu trains on the CPU (ours'
 # cuda:0 becomes cpu, the peers get --device cpu); DATA_DIR=DIR reads Fashion-MNIST's four IDX
 # files from DIR on both sides (default /usr/share/datasets/fashion-mnist). The configurations
 # are variables too (SPEED_OURS, SPEED_PEERS, TTA_RECIPE, TTA_CONFIGS, PRECISION_CONFIG; see each
-# mode), and so are the times: PEER_SECONDS (5: timed seconds of a PyTorch measurement),
-# PEER_TIMEOUT (300: the longest wait for one, a first compile included), SPEED_BUDGET (450: no
-# speed round begins that would end later), MIN_RUN_SECONDS (60: no training run of tta or
-# precision begins with less of SECONDS left).
+# mode), and so are the times: SPEED_SECONDS (5: timed seconds of each speed measurement, ours
+# and PyTorch's), SPEED_WARMUP (30: untimed steps before each; a PyTorch model kept from an
+# earlier round warms up 10), PEER_TIMEOUT (300: the longest wait for a PyTorch measurement, a
+# first compile included), SPEED_BUDGET (450: no speed round begins that would end later),
+# MIN_RUN_SECONDS (60: no training run of tta or precision begins with less of SECONDS left).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -166,25 +168,29 @@ on_device() {
   if [ "$DEVICE" = cpu ]; then echo "${*//cuda:0/cpu}"; else echo "$*"; fi
 }
 
-# One training run of the speed table: its steady rate is the images/s of its last epoch (the
-# first holds cuDNN's autotuning and the allocator's growth). Appends a JSON line to
-# OUT/speed.jsonl. NAME PEER PRECISION FLAGS...
+# One measurement of ours for the speed table: `stalepipe bench --seconds` trains the
+# configuration on a fixed batch on its first device and times whole steps for SPEED_SECONDS
+# after SPEED_WARMUP untimed ones, in a process of its own. Appends a JSON line to
+# OUT/speed.jsonl: the rate, the switches read at run time, each partition's graphed and eager
+# passes, the peak reserved GPU memory. NAME PEER PRECISION FLAGS...
 ours_speed() {
   local name=$1 peer=$2 precision=$3; shift 3
-  local dir=/tmp/speed-$name
-  rm -rf "$dir"
-  if ! "$SP" train --data "fashion-mnist:$DATA_DIR" --progress none --drop-last --precision "$precision" \
-      --out "$dir" "$@" > "$dir.log" 2>&1; then
-    echo "$name: failed"; tail -n 3 "$dir.log"; failed; return 1
+  local json=/tmp/speed-$name.json log=/tmp/speed-$name.log
+  rm -f "$json"
+  if ! "$SP" bench --seconds "${SPEED_SECONDS:-5}" --warmup-steps "${SPEED_WARMUP:-30}" \
+      --precision "$precision" --json "$json" "$@" > "$log" 2>&1; then
+    echo "$name: failed"; tail -n 3 "$log"; failed; return 1
   fi
-  python3 - "$dir" "$name" "$peer" "$precision" "$*" >> "$OUT/speed.jsonl" <<'PY'
+  cat "$log" >> "$OUT/steps.log"
+  python3 - "$json" "$name" "$peer" "$precision" "$*" >> "$OUT/speed.jsonl" <<'PY'
 import json, sys
-run, name, peer, precision, flags = sys.argv[1:]
-epochs = [j for j in map(json.loads, open(run + "/metrics.jsonl")) if j.get("type") == "epoch"]
+path, name, peer, precision, flags = sys.argv[1:]
+b = json.load(open(path))
 print(json.dumps({"who": "stalepipe", "config": name, "peer": peer, "precision": precision, "flags": flags,
-                  "config_precision": json.load(open(run + "/config.json")).get("precision"),
-                  "images_per_second": round(epochs[-1]["images_per_second"], 1),
-                  "test_accuracy": epochs[-1].get("test_accuracy")}))
+                  "config_precision": b["precision"], "layout": "", "images_per_second": round(b["images_per_second"], 1),
+                  "timed_steps": b["timed_steps"], "timed_seconds": round(b["timed_seconds"], 2),
+                  "warmup_steps": b["warmup_steps"], **b["switches"], "cuda_graphs": b["cuda_graphs"],
+                  "partitions": b["partitions"], "peak_reserved_bytes": b["peak_reserved_bytes"]}))
 PY
   tail -n 1 "$OUT/speed.jsonl"
 }
@@ -224,38 +230,42 @@ peer_stop() {
   fi
 }
 
-# ROUNDS alternated rounds of ours (real Fashion-MNIST through the loader) and PyTorch's, eager
-# in both layouts and torch.compile'd (a fixed batch on the device), at one PRECISION, then the
-# medians and ratios (bench/gpu_table.py speed). SPEED_OURS (NAME|PEER|FLAGS a line) and
+# ROUNDS (3 or more) rounds of ours and PyTorch's, eager and torch.compile'd,
+# all on a fixed batch on the device, timed over SPEED_SECONDS of steady state each, at one
+# PRECISION; odd rounds run ours first, even rounds PyTorch's. Then the medians, ratios,
+# switches and memory (bench/gpu_table.py speed), which also fails a -graphs row whose
+# partitions ran no pass as a CUDA graph. SPEED_OURS (NAME|PEER|bench FLAGS a line) and
 # SPEED_PEERS (PEER|gpu_peer.py FLAGS a line) replace the configurations below.
 speed() {
   local rounds=$3 precision=${4:-fp32}
+  [[ $rounds =~ ^[0-9]+$ ]] && ((rounds >= 3)) || { echo "ROUNDS $rounds: expected 3 or more (the table gives medians)"; return 2; }
   check_precision "$precision" || return 2
   prepare "$1" "$2" || return 1
-  # 200 mini-batches an epoch (the second one timed) keep a ResNet-56 run near 15 s.
-  local r56="--model resnet56 --layout channels-last --epochs 2 --train-subset 25600"
-  local ours_configs=${SPEED_OURS:-"resnet56-b128-1p|resnet56-b128|$r56 --batch-size 128 --devices cuda:0
+  local help
+  help=$("$SP" bench --help 2>&1)
+  grep -q -- '--seconds' <<< "$help" || { echo "$SP: bench has no --seconds; the speed check needs it"; return 1; }
+  local r56="--model resnet56 --layout channels-last"
+  local ours_configs=${SPEED_OURS:-"resnet56-b128-1p|resnet56-b128|$r56 --batch-size 128 --partitions 1 --devices cuda:0
 resnet56-b128-2p|resnet56-b128|$r56 --batch-size 128 --pipeline 25 --devices cuda:0,cuda:0
-resnet56-b128-1p-graphs|resnet56-b128|$r56 --batch-size 128 --devices cuda:0 --cuda-graphs
+resnet56-b128-1p-graphs|resnet56-b128|$r56 --batch-size 128 --partitions 1 --devices cuda:0 --cuda-graphs
 resnet56-b128-2p-graphs|resnet56-b128|$r56 --batch-size 128 --pipeline 25 --devices cuda:0,cuda:0 --cuda-graphs
-resnet56-b512-1p|resnet56-b512|$r56 --batch-size 512 --devices cuda:0
-lenet5-b128-1p|lenet5-b128|--model lenet5 --epochs 2 --batch-size 128 --devices cuda:0"}
+resnet56-b512-1p|resnet56-b512|$r56 --batch-size 512 --partitions 1 --devices cuda:0
+lenet5-b128-1p|lenet5-b128|--model lenet5 --batch-size 128 --partitions 1 --devices cuda:0"}
+  # ResNet-56 in channels-last only, its faster layout in PyTorch eager too (NCHW ran 5-25%
+  # slower at b128 on an H100, results/gpu-speed-h100): 3 rounds then fit one call.
   local peer_configs=${SPEED_PEERS:-"resnet56-b128|--model resnet56 --batch-size 128 --layout channels-last
-resnet56-b128|--model resnet56 --batch-size 128 --layout nchw
 resnet56-b128|--model resnet56 --batch-size 128 --layout channels-last --compile
 resnet56-b512|--model resnet56 --batch-size 512 --layout channels-last
-resnet56-b512|--model resnet56 --batch-size 512 --layout nchw
 lenet5-b128|--model lenet5 --batch-size 128 --layout nchw
 lenet5-b128|--model lenet5 --batch-size 128 --layout channels-last
 lenet5-b128|--model lenet5 --batch-size 128 --layout nchw --compile"}
-  local ours peers
-  mapfile -t ours <<< "$ours_configs"
-  mapfile -t peers <<< "$peer_configs"
+  mapfile -t SPEED_OURS_LINES <<< "$ours_configs"
+  mapfile -t SPEED_PEER_LINES <<< "$peer_configs"
   peer_start "$precision"
-  local r i name peer flags round_start last_round=0
+  local r i name flags round_start last_round=0 done_rounds=0
   # The compiles first, so that no round holds one (and SPEED_BUDGET judges rounds alike).
-  for ((i = 0; i < ${#peers[@]}; ++i)); do
-    IFS='|' read -r name flags <<< "${peers[i]}"
+  for ((i = 0; i < ${#SPEED_PEER_LINES[@]}; ++i)); do
+    IFS='|' read -r name flags <<< "${SPEED_PEER_LINES[i]}"
     # shellcheck disable=SC2086
     [[ " $flags " == *" --compile "* ]] && echo "compiling $name $flags" && peer_ask warm "$name" $flags
   done
@@ -265,24 +275,39 @@ lenet5-b128|--model lenet5 --batch-size 128 --layout nchw --compile"}
     if ((r > 1 && SECONDS + last_round > ${SPEED_BUDGET:-450})); then
       echo "round $r and later: not begun (the last round took $last_round s, $SECONDS s have passed)"; break
     fi
-    echo "round $r"; round_start=$SECONDS
-    for ((i = 0; i < ${#ours[@]} || i < ${#peers[@]}; ++i)); do
-      if ((i < ${#ours[@]})); then
-        IFS='|' read -r name peer flags <<< "${ours[i]}"
-        # shellcheck disable=SC2046  # the flags are words
-        ours_speed "$name" "$peer" "$precision" $(on_device "$flags")
-      fi
-      if ((i < ${#peers[@]})); then
-        IFS='|' read -r name flags <<< "${peers[i]}"
-        # shellcheck disable=SC2086
-        peer_ask "${PEER_SECONDS:-5}" "$name" $flags
-      fi
-    done
-    last_round=$((SECONDS - round_start))
+    round_start=$SECONDS
+    if ((r % 2)); then
+      echo "round $r: stalepipe first"; speed_ours "$precision"; speed_peers
+    else
+      echo "round $r: PyTorch first"; speed_peers; speed_ours "$precision"
+    fi
+    last_round=$((SECONDS - round_start)) done_rounds=$r
   done
   peer_stop
   python3 bench/gpu_table.py speed "$OUT/speed.jsonl" --json "$OUT/speed.json" | tee "$OUT/speed.md"
+  ((PIPESTATUS[0] == 0)) || failed
+  if ((done_rounds < 3)); then echo "only $done_rounds round(s) fit SPEED_BUDGET; the medians need 3"; failed; fi
   all_ran
+}
+
+# One round's side: every configuration of ours (SPEED_OURS_LINES) at PRECISION, or every
+# one of PyTorch's (SPEED_PEER_LINES).
+speed_ours() {
+  local line name peer flags
+  for line in "${SPEED_OURS_LINES[@]}"; do
+    IFS='|' read -r name peer flags <<< "$line"
+    # shellcheck disable=SC2046  # the flags are words
+    ours_speed "$name" "$peer" "$1" $(on_device "$flags")
+  done
+}
+
+speed_peers() {
+  local line name flags
+  for line in "${SPEED_PEER_LINES[@]}"; do
+    IFS='|' read -r name flags <<< "$line"
+    # shellcheck disable=SC2086
+    peer_ask "${SPEED_SECONDS:-5}" "$name" --warmup-steps "${SPEED_WARMUP:-30}" $flags
+  done
 }
 
 # The time-to-accuracy recipe (experiments/time-to-accuracy-resnet56-gpu.json) in the flags
@@ -375,9 +400,11 @@ precision() {
 }
 
 # The CUDA graphs' tests on cuda:0 with real graphs (tests/unit/exec/graphs_test.cpp: graphed
-# training against eager within their tolerance), and the input's: pixels normalised on the GPU
-# and copied ahead give the host's batches. The graphs' speed is in the `speed` table (the
-# -graphs rows).
+# training against eager within their tolerance), the input's (pixels normalised on the GPU
+# and copied ahead give the host's batches), and the race probe
+# (tests/unit/api/stream_order_test.cpp: ResNet-20 on two partitions of cuda:0, 60 steps with
+# deterministic cuDNN, threads = emulated bit for bit eagerly, with graphs, in bf16 and with
+# two replicas). The graphs' speed is in the `speed` table (the -graphs rows).
 graphs() {
   prepare "$1" "$2" || return 1
   step build-tests cmake --build build-gpu -j"$(nproc)" --target test_exec test_data test_api || return 1
@@ -385,6 +412,7 @@ graphs() {
   # The input's normalisation on the GPU gives the host's values.
   STALEPIPE_TEST_DEVICE=cuda:0 step input-test timeout 60 sh -c \
     "build-gpu/tests/test_data --gtest_filter='PixelNormalizer.*' && build-gpu/tests/test_api --gtest_filter='LoaderSource.*'" || failed
+  STALEPIPE_TEST_DEVICE=cuda:0 step race-probe timeout 240 build-gpu/tests/test_api --gtest_filter='StreamOrder.*' || failed
   all_ran
 }
 

@@ -3,6 +3,8 @@
 // emulated executor, the profile's bound and the simulator's prediction, with the speed
 // targets (perf/bench.h). --processes adds `train --executor processes` on K ranks against
 // the same `train` run with the threads executor, as child processes of this program.
+// `stalepipe bench --seconds S ...`: instead, the steady state of the one configuration the
+// flags give (its --devices, --precision, --cuda-graphs too) on a fixed batch (perf/steady.h).
 //
 // `stalepipe memory --model NAME --pipeline PPV`: per-partition memory predicted from the
 // schedule and measured, the paper's Table 9 line, and the stale pipeline's peak beside
@@ -29,6 +31,7 @@
 #include "stalepipe/perf/bench.h"
 #include "stalepipe/perf/loader_speed.h"
 #include "stalepipe/perf/memory.h"
+#include "stalepipe/perf/steady.h"
 
 extern char** environ;
 
@@ -132,17 +135,31 @@ void print_loader_rate(const Options& training, double pipeline_images_per_secon
               s.images_per_second, s.images_per_second / pipeline_images_per_second, pipeline_images_per_second);
 }
 
+struct BenchArgs {
+  perf::BenchOptions options;
+  TrainFlags text;
+  std::string json;
+  bool processes = false;
+  int processes_repeats = 3;
+  CLI::Option* pipeline = nullptr;
+};
+
+// `bench --seconds`: one configuration's steady state instead of the configuration set.
+int run_steady(const BenchArgs& a, bool data_given) {
+  SP_CHECK_ARG(!a.processes && !data_given, a.processes ? "--processes" : "--data",
+               ": not with --seconds, which times one configuration on a fixed batch");
+  const auto report = perf::run_steady(a.options, [](const std::string& line) {
+    std::fprintf(stderr, "bench: %s\n", line.c_str());
+  });
+  std::fputs(perf::format_steady_report(report).c_str(), stdout);
+  if (!a.json.empty()) write_file_atomic(a.json, perf::to_json(report));
+  return 0;
+}
+
 }  // namespace
 
 Command add_bench(CLI::App& app) {
-  struct Args {
-    perf::BenchOptions options;
-    TrainFlags text;
-    std::string json;
-    bool processes = false;
-    int processes_repeats = 3;
-    CLI::Option* pipeline = nullptr;
-  };
+  using Args = BenchArgs;
   auto a = std::make_shared<Args>();
   auto& o = a->options;
   auto field = [&](Field f, const std::string& help = "") { return add_field_flag(app, o.training(), a->text, f, help); };
@@ -160,6 +177,12 @@ Command add_bench(CLI::App& app) {
   field(Field::layout, "every configuration in nchw | channels-last | auto (the model's default)");
   field(Field::recompute, "pipelined configurations recompute activations through weight layer L (0: none)");
   field(Field::replicas, "also time R copies of the stale pipeline (R x K workers), with the simulator's prediction");
+  app.add_option("--seconds", o.seconds(), "> 0: instead, time this one configuration's whole steps for this long "
+                 "after --warmup-steps, on a fixed batch on its first device (bench/gpu_peer.py's measurement)")
+      ->capture_default_str();
+  for (Field f : {Field::devices, Field::precision, Field::cuda_graphs, Field::schedule, Field::executor}) {
+    field(f, "with --seconds: " + option_field(f).help);
+  }
   auto* data = field(Field::dataset, "also time the input pipeline alone on this data set, as train reads it, "
                                      "beside the pipeline's rate");
   for (Field f : {Field::image_size, Field::resized_crop, Field::data_threads}) field(f);
@@ -172,6 +195,7 @@ Command add_bench(CLI::App& app) {
       ->capture_default_str();
   return [a, data]() {
     apply(a->text, a->options.training());
+    if (a->options.seconds() != 0) return run_steady(*a, data->count() > 0);
     const std::string& ppv = a->text.text.at(Field::ppv);
     SP_CHECK_ARG(a->pipeline->count() == 0 || !a->options.training().pipeline().ppv().empty(), "--pipeline ", ppv,
                  ": bench measures a pipeline; give at least one register");

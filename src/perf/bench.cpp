@@ -38,17 +38,13 @@ double now_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-// Fixed training hyper-parameters: speed does not depend on them, but a diverging run (NaN)
-// could, so the learning rate is modest.
-constexpr double kLr = 0.01;
-
 // The option tree of every configuration: the measured run's, cut into `partitions` (by
 // `ppv` where given), with a constant lr.
 Options bench_options(const BenchOptions& o, const std::vector<int>& ppv, int partitions) {
   Options x = o.training();
   x.pipeline().ppv(ppv).partitions(ppv.empty() ? partitions : 0).replicas(1);  // the replicas' own below
   if (ppv.empty() && partitions <= 1) x.pipeline().recompute(0);  // the baselines train plainly
-  x.optimizer().lr(kLr).lr_schedule(LrScheduleKind::kConstant);
+  x.optimizer().lr(kBenchLr).lr_schedule(LrScheduleKind::kConstant);
   return x;
 }
 
@@ -93,7 +89,7 @@ RunOutcome run_rig(const Setup& setup, std::vector<Rig>& rigs, const std::vector
   double last_loss = 0;
   exec::SegmentContext context;
   context.input = [&](int64_t t) { return setup.batches[t % setup.batches.size()]; };
-  context.lr = [](int64_t) { return kLr; };
+  context.lr = [](int64_t) { return kBenchLr; };
   context.on_step = [&](int64_t t, const exec::StepLoss& s) {
     completions.push_back(now_seconds());
     last_loss = s.loss;
@@ -169,11 +165,17 @@ Measurement measure_side_by_side(const Setup& setup, int workers, int threads_ea
   return total;
 }
 
-// The tree's fields through check_options (a given ppv overrides partitions), then bench's own.
+// Bench's fields that rule out the configuration set, the tree's through check_options (a given
+// ppv overrides partitions), then bench's own.
 void check_options(const BenchOptions& o, int K) {
   const PipelineOptions& p = o.training().pipeline();
   SP_CHECK_ARG(!p.ppv().empty() || (p.partitions() >= 1 && p.partitions() <= 64), field_name(Field::partitions),
                " must be 1..64, got ", p.partitions());
+  SP_CHECK_ARG(o.seconds() == 0, "BenchOptions::seconds ", o.seconds(), ": the configuration set counts steps; "
+               "run_steady (perf/steady.h) times one configuration for seconds");
+  SP_CHECK_ARG(p.devices().empty() && !p.cuda_graphs() && p.precision() == exec::Precision::kFp32,
+               field_name(Field::devices), ", ", field_name(Field::precision), " and ", field_name(Field::cuda_graphs),
+               ": the configuration set runs on the CPU in fp32; they apply with BenchOptions::seconds");
   Options checked = bench_options(o, p.ppv(), K);
   checked.pipeline().replicas(p.replicas());
   stalepipe::check_options(checked);

@@ -63,24 +63,36 @@ else
   echo "loader_speed.sh: skipped (no torchvision for $py)"
 fi
 # The GPU checks' tables (bench/gpu_table.py) on rows whose figures are known.
-cat > "$tmp/speed.jsonl" <<'JSON'
-{"who": "stalepipe", "config": "resnet56-b128-1p", "peer": "resnet56-b128", "precision": "fp32", "config_precision": "fp32", "images_per_second": 100}
-{"who": "stalepipe", "config": "resnet56-b128-1p", "peer": "resnet56-b128", "precision": "fp32", "config_precision": "fp32", "images_per_second": 300}
-{"who": "stalepipe", "config": "resnet56-b128-2p", "peer": "resnet56-b128", "precision": "fp32", "config_precision": "fp32", "images_per_second": 300}
-{"who": "stalepipe", "config": "resnet56-b128-2p-graphs", "peer": "resnet56-b128", "precision": "fp32", "config_precision": "fp32", "images_per_second": 750}
-{"who": "pytorch-eager", "config": "resnet56-b128", "layout": "channels-last", "precision": "fp32", "images_per_second": 100}
-{"who": "pytorch-eager", "config": "resnet56-b128", "layout": "nchw", "precision": "fp32", "images_per_second": 80}
-{"who": "pytorch-compile", "config": "resnet56-b128", "layout": "channels-last", "precision": "fp32", "compile_seconds": 58, "images_per_second": 160}
-{"who": "pytorch-eager", "config": "resnet56-b128", "layout": "channels-last", "precision": "bf16", "images_per_second": 1000}
+sw='"cudnn_benchmark": false, "matmul_tf32": false, "cudnn_tf32": false'
+ours='"who": "stalepipe", "peer": "resnet56-b128", "precision": "fp32", "config_precision": "fp32"'
+graphed='"partitions": [{"device": "cuda:0", "graphed_passes": 300, "eager_passes": 0}, {"device": "cuda:0", "graphed_passes": 300, "eager_passes": 0}]'
+cat > "$tmp/speed.jsonl" <<JSON
+{$ours, "config": "resnet56-b128-1p", "images_per_second": 100, $sw}
+{$ours, "config": "resnet56-b128-1p", "images_per_second": 300, $sw}
+{$ours, "config": "resnet56-b128-2p", "images_per_second": 300, $sw, "peak_reserved_bytes": 209715200}
+{$ours, "config": "resnet56-b128-2p-graphs", "images_per_second": 750, $sw, $graphed, "peak_reserved_bytes": 314572800}
+{"who": "pytorch-eager", "config": "resnet56-b128", "layout": "channels-last", "precision": "fp32", "images_per_second": 100, $sw}
+{"who": "pytorch-eager", "config": "resnet56-b128", "layout": "nchw", "precision": "fp32", "images_per_second": 80, $sw}
+{"who": "pytorch-compile", "config": "resnet56-b128", "layout": "channels-last", "precision": "fp32", "compile_seconds": 58, "images_per_second": 160, $sw}
+{"who": "pytorch-eager", "config": "resnet56-b128", "layout": "channels-last", "precision": "bf16", "images_per_second": 1000, $sw}
 JSON
-out=$(python3 "$bench/gpu_table.py" speed "$tmp/speed.jsonl" --json "$tmp/speed.json")
-grep -qF '| resnet56-b128-1p | fp32 | 200 | 100 (channels-last) | 2.00 | 160 (channels-last) | 1.25 | 2 |' <<< "$out" ||
+out=$(python3 "$bench/gpu_table.py" speed "$tmp/speed.jsonl" --json "$tmp/speed.json") || fail "gpu_table.py speed failed: $out"
+grep -qF '| resnet56-b128-1p | fp32 | 200 | 100 (channels-last) | 2.00 | 160 (channels-last) | 1.25 | 2 | off/off/off; off/off/off |' <<< "$out" ||
   fail "gpu_table.py speed: median 200 against eager's best 100 and compile's 160: $out"
 grep -qF 'Two partitions on one GPU against one, ResNet-56 b128, fp32: 1.50x' <<< "$out" || fail "gpu_table.py speed 2p/1p: $out"
 grep -q 'torch.compile (reduce-overhead) of resnet56-b128 channels-last fp32: 58 s' <<< "$out" || fail "gpu_table.py compile seconds: $out"
 grep -qF -- '--cuda-graphs against without, resnet56-b128-2p, fp32: 2.50x' <<< "$out" || fail "gpu_table.py graphs/eager: $out"
-python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); assert len(j["rows"]) == 8 and j["ratios"][0]["ratio_compile"] == 1.25' \
+grep -qF '| resnet56-b128-2p | fp32 | 200 | 300 | 1.50 |' <<< "$out" || fail "gpu_table.py peak reserved memory, graphs against eager: $out"
+python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); assert len(j["rows"]) == 8 and j["ratios"][0]["ratio_compile"] == 1.25 and j["memory"][0]["ratio"] == 1.5' \
   "$tmp/speed.json" || fail "gpu_table.py speed --json"
+# A -graphs row whose second partition ran nothing as a graph, and a side with other switches: both fail.
+{ sed 's/"graphed_passes": 300, "eager_passes": 0}]/"graphed_passes": 0, "eager_passes": 300}]/' "$tmp/speed.jsonl"
+  echo "{$ours, \"config\": \"resnet56-b128-1p\", \"images_per_second\": 200, \"cudnn_benchmark\": true, \"matmul_tf32\": false, \"cudnn_tf32\": false}"; } > "$tmp/bad-speed.jsonl"
+if out=$(python3 "$bench/gpu_table.py" speed "$tmp/bad-speed.jsonl"); then fail "gpu_table.py speed passed a failed check: $out"; fi
+grep -qxF 'FAIL: resnet56-b128-2p-graphs (fp32): --cuda-graphs, but partition(s) 2 ran no pass as a CUDA graph in the timed part (300 eager pass(es))' <<< "$out" ||
+  fail "gpu_table.py speed: a -graphs row without graphs: $out"
+grep -qF 'FAIL: resnet56-b128-1p (fp32): the switches (cudnn.benchmark/matmul TF32/cuDNN TF32) differ: stalepipe off/off/off, on/off/off, PyTorch off/off/off' <<< "$out" ||
+  fail "gpu_table.py speed: switches that differ: $out"
 tta_row() {  # WHO CONFIG SEED SECONDS-TO-92 (null: not reached)
   local reached=true; [ "$4" = null ] && reached=false
   echo "{\"who\": \"$1\", \"config\": \"$2\", \"seed\": $3, \"precision\": \"fp32\", \"config_precision\": \"fp32\", \"images_per_second\": 7000, \"test_accuracy\": 0.93, \"time_to_target\": [{\"target\": 85.0, \"reached\": true, \"wall_seconds\": 5}, {\"target\": 92.0, \"reached\": $reached, \"wall_seconds\": $4}]}"
@@ -124,13 +136,13 @@ for prefix, n in (("train", 512), ("t10k", 200)):
 PY
   out=$("$py" "$bench/gpu_peer.py" --device cpu --model lenet5 --batch-size 16 --warmup-steps 2 --seconds 0.2 \
           --precision bf16 --json "$tmp/peer.jsonl")
-  grep -Eq '^pytorch eager lenet5 b16 channels-last bf16: [0-9]+ img/s \(cuDNN TF32 True, matmul TF32 True\)$' <<< "$out" ||
+  grep -Eq '^pytorch eager lenet5 b16 channels-last bf16: [0-9]+ img/s \(cuDNN benchmark False, cuDNN TF32 True, matmul TF32 True\)$' <<< "$out" ||
     fail "gpu_peer.py: $out"
-  "$py" -c 'import json,sys; j=json.loads(open(sys.argv[1]).read()); assert j["precision"] == "bf16" and j["compile"] is False' \
+  "$py" -c 'import json,sys; j=json.loads(open(sys.argv[1]).read()); assert j["precision"] == "bf16" and j["compile"] is False and j["cudnn_benchmark"] is False' \
     "$tmp/peer.jsonl" || fail "gpu_peer.py --json: $(cat "$tmp/peer.jsonl")"
   if "$py" -c "import torch, sys; sys.exit(not hasattr(torch, 'compile'))"; then
     out=$("$py" "$bench/gpu_peer.py" --device cpu --model lenet5 --batch-size 16 --warmup-steps 2 --seconds 0.2 --compile 2> /dev/null)
-    grep -Eq '^pytorch compile lenet5 b16 channels-last fp32: [0-9]+ img/s \(cuDNN TF32 False, matmul TF32 False, compiled in [0-9]+ s\)$' <<< "$out" ||
+    grep -Eq '^pytorch compile lenet5 b16 channels-last fp32: [0-9]+ img/s \(cuDNN benchmark False, cuDNN TF32 False, matmul TF32 False, compiled in [0-9]+ s\)$' <<< "$out" ||
       fail "gpu_peer.py --compile: $out"
   elif out=$("$py" "$bench/gpu_peer.py" --device cpu --model lenet5 --compile 2>&1); then
     fail "gpu_peer.py --compile succeeded without torch.compile"
@@ -167,18 +179,23 @@ PY
   # scripts/gpu-check.sh's measuring modes, dry: this build, the CPU, the tiny data, LeNet-5.
   if grep -q -- '--precision' <<< "$("$sp" train --help)"; then
     recipe="--model lenet5 --epochs 1 --batch-size 32 --lr 0.05 --warmup-epochs 1 --eval-every 8 --targets 20 --layout channels-last"
-    gpu() { PATH="$tmp/bin:$PATH" SP=$sp DEVICE=cpu DATA_DIR=$tmp/idx TTA_RECIPE=$recipe PEER_SECONDS=0.2 \
-              TTA_CONFIGS="np|--devices cuda:0" SPEED_OURS="l5-1p|l5|--model lenet5 --epochs 2 --batch-size 32 --devices cuda:0" \
-              SPEED_PEERS="l5|--model lenet5 --batch-size 32 --warmup-steps 1" "$bench/../scripts/gpu-check.sh" "$@"; }
+    gpu() { PATH="$tmp/bin:$PATH" SP=$sp DEVICE=cpu DATA_DIR=$tmp/idx TTA_RECIPE=$recipe SPEED_SECONDS=0.2 SPEED_WARMUP=2 \
+              TTA_CONFIGS="np|--devices cuda:0" SPEED_OURS="l5-1p|l5|--model lenet5 --batch-size 32 --partitions 1 --devices cuda:0" \
+              SPEED_PEERS="l5|--model lenet5 --batch-size 32" "$bench/../scripts/gpu-check.sh" "$@"; }
     gpu tta "$tmp/deps" "$tmp/tta" 600 fp32 1 > "$tmp/gpu.log" 2>&1 || fail "gpu-check.sh tta: $(tail -n 20 "$tmp/gpu.log")"
     grep -Eq '^\| 1 \| np \| fp32 \| [0-9]+ \| [0-9.]+ \| ' "$tmp/tta/tta.md" && grep -q '^| 1 | pytorch-eager | fp32 |' "$tmp/tta/tta.md" ||
       fail "gpu-check.sh tta: $(cat "$tmp/tta/tta.md")"
     gpu precision "$tmp/deps" "$tmp/precision" 600 1 > "$tmp/gpu.log" 2>&1 || fail "gpu-check.sh precision: $(tail -n 20 "$tmp/gpu.log")"
     grep -Eq '^\| 1 \| [0-9.]+ \| [0-9.]+ \| [-+][0-9.]+ \| ' "$tmp/precision/precision.md" && ! grep -q warning "$tmp/precision/precision.md" ||
       fail "gpu-check.sh precision: $(cat "$tmp/precision/precision.md")"
-    gpu speed "$tmp/deps" "$tmp/speed" 1 bf16 > "$tmp/gpu.log" 2>&1 || fail "gpu-check.sh speed: $(tail -n 20 "$tmp/gpu.log")"
-    grep -Eq '^\| l5-1p \| bf16 \| [0-9]+ \| [0-9]+ \(channels-last\) \| [0-9.]+ \| - \| - \| 1 \|$' "$tmp/speed/speed.md" ||
+    gpu speed "$tmp/deps" "$tmp/speed" 3 bf16 > "$tmp/gpu.log" 2>&1 || fail "gpu-check.sh speed: $(tail -n 20 "$tmp/gpu.log")"
+    grep -Eq '^\| l5-1p \| bf16 \| [0-9]+ \| [0-9]+ \(channels-last\) \| [0-9.]+ \| - \| - \| 3 \| off/on/on; off/on/on \|$' "$tmp/speed/speed.md" ||
       fail "gpu-check.sh speed: $(cat "$tmp/speed/speed.md")"
+    # Odd rounds run ours first, even rounds PyTorch's.
+    [ "$(python3 -c 'import json,sys; print(" ".join(json.loads(l)["who"][:3] for l in open(sys.argv[1])))' "$tmp/speed/speed.jsonl")" = \
+      "sta pyt pyt sta sta pyt" ] || fail "gpu-check.sh speed: the sides' order: $(cat "$tmp/speed/speed.jsonl")"
+    if gpu speed "$tmp/deps" "$tmp/speed2" 2 > "$tmp/gpu.log" 2>&1; then fail "gpu-check.sh speed ran 2 rounds"; fi
+    grep -qx 'ROUNDS 2: expected 3 or more (the table gives medians)' "$tmp/gpu.log" || fail "gpu-check.sh speed 2 rounds: $(cat "$tmp/gpu.log")"
   else
     echo "gpu-check.sh dry runs: skipped (this stalepipe has no --precision)"
   fi

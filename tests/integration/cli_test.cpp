@@ -243,6 +243,11 @@ TEST(Cli, BenchAndMemoryBadFlagsExitTwo) {
   expect_one_line_error(run_cli({"bench", "--warmup-steps", "-1"}), 2, "--warmup-steps must be >= 0");
   expect_one_line_error(run_cli({"bench", "--partitions", "0"}), 2, "--partitions must be 1..64, got 0");
   expect_one_line_error(run_cli({"bench", "--rounds", "0"}), 2, "--rounds must be 1..100, got 0");
+  expect_one_line_error(run_cli({"bench", "--seconds", "-1"}), 2, "--seconds must be in (0, 3600], got -1");
+  expect_one_line_error(run_cli({"bench", "--seconds", "1", "--rounds", "2"}), 2, "--rounds 2: with --seconds");
+  expect_one_line_error(run_cli({"bench", "--seconds", "1", "--processes"}), 2, "--processes: not with --seconds");
+  expect_one_line_error(run_cli({"bench", "--cuda-graphs"}), 2,
+                        "--devices, --precision and --cuda-graphs: the configuration set runs on the CPU in fp32");
   expect_one_line_error(run_cli({"memory"}), 2, "--pipeline");
   expect_one_line_error(run_cli({"memory", "--pipeline", "none"}), 2, "at least one register");
   expect_one_line_error(run_cli({"memory", "--pipeline", "9"}), 2, "a register may follow layer");

@@ -29,6 +29,9 @@
 // with bit-identical weights (they run the same schedule from the same seed), and every
 // configuration's losses must be finite.
 //
+// With seconds > 0, bench times the one configuration of `training` instead, as PyTorch's peer
+// times its own on a GPU (perf/steady.h, run_steady).
+//
 // Predictions from one profile (partition/profile.h) with threads/K threads per unit:
 //   bound      = batch / max_k (forward + backward of partition k): the steady-state pace of
 //                the slowest partition, ignoring updates and register copies;
@@ -63,6 +66,9 @@ struct BenchOptions {
   TORCH_ARG(int64_t, warmup_steps) = 3;     // >= 0
   TORCH_ARG(int64_t, steps) = 20;           // >= 4K + 2 (steady state needs fill and drain cut)
   TORCH_ARG(int, rounds) = 1;               // 1..100: alternated runs of every configuration
+  // > 0: the timed seconds of run_steady (perf/steady.h), which alone reads the devices,
+  // precision and CUDA graphs of `training`; 0: the configurations above, on the CPU.
+  TORCH_ARG(double, seconds) = 0;
 };
 
 // One configuration's result.

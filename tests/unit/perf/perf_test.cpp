@@ -1,5 +1,6 @@
-// The bench's arithmetic (bound, steady rate, ratios, targets) on given numbers, and the memory
-// prediction on hand-computed partitions plus one small real measurement.
+// The bench's arithmetic (bound, steady rate, ratios, targets) on given numbers, one short
+// steady-state measurement, and the memory prediction on hand-computed partitions plus one
+// small real measurement.
 #include <cmath>
 #include <map>
 
@@ -9,6 +10,7 @@
 #include "stalepipe/common/error.h"
 #include "stalepipe/perf/bench.h"
 #include "stalepipe/perf/memory.h"
+#include "stalepipe/perf/steady.h"
 #include "stalepipe/sim/simulate.h"
 #include "support/sanitizers.h"
 
@@ -61,6 +63,59 @@ BenchRates good_rates() {
   r.replicas = 180;
   r.simulated_replicas = 190;
   return r;
+}
+
+BenchOptions tiny_steady(double seconds) {
+  BenchOptions o;
+  o.training().run().model("lenet5");
+  o.training().data().batch_size(8);
+  o.training().pipeline().threads(2);
+  o.warmup_steps(2).seconds(seconds);
+  return o;
+}
+
+TEST(Bench, SteadyStateTimesWholeStepsForTheSecondsAskedAndStatesTheSwitches) {
+  BenchOptions o = tiny_steady(0.15);
+  o.training().pipeline().precision(exec::Precision::kBf16);  // TF32 on, as the peer sets it for bf16
+  const SteadyReport r = run_steady(o);
+  EXPECT_EQ(r.partitions, 2);
+  EXPECT_GE(r.timed_seconds, 0.15);
+  ASSERT_GT(r.timed_steps, 0);
+  EXPECT_GE(r.segments, 1);
+  EXPECT_NEAR(r.images_per_second, static_cast<double>(r.timed_steps * 8) / r.timed_seconds, 1e-6);
+  EXPECT_TRUE(std::isfinite(r.final_loss));
+  EXPECT_EQ(r.precision, "bf16");
+  EXPECT_TRUE(r.switches.tf32_cublas && r.switches.tf32_cudnn);
+  EXPECT_FALSE(r.switches.cudnn_benchmark);
+  ASSERT_EQ(r.passes.size(), 2u);
+  for (const auto& p : r.passes) EXPECT_EQ(p.graphed_passes + p.eager_passes, 0) << p.device;  // no graphs
+  EXPECT_TRUE(r.memory.empty());  // no CUDA device
+  const auto j = nlohmann::json::parse(to_json(r));
+  EXPECT_EQ(j.at("switches").at("matmul_tf32"), true);
+  EXPECT_EQ(j.at("partitions").size(), 2u);
+  EXPECT_TRUE(j.at("peak_reserved_bytes").is_null());
+
+  o = tiny_steady(0.05);
+  o.training().pipeline().partitions(1);  // fp32: TF32 off
+  const SteadyReport one = run_steady(o);
+  EXPECT_EQ(one.partitions, 1);
+  EXPECT_FALSE(one.switches.tf32_cublas || one.switches.tf32_cudnn);
+}
+
+TEST(Bench, SteadyStateRefusesWhatItCannotTime) {
+  EXPECT_THROW(run_steady(tiny_steady(0)), UsageError);
+  EXPECT_THROW(run_steady(tiny_steady(1).rounds(2)), UsageError);
+  BenchOptions o = tiny_steady(1);
+  o.training().pipeline().replicas(2);
+  EXPECT_THROW(run_steady(o), UsageError);
+  o = tiny_steady(1);
+  o.training().pipeline().schedule(ScheduleKind::kHybrid);
+  EXPECT_THROW(run_steady(o), UsageError);
+  // And the configuration set refuses what only the steady state reads.
+  o = tiny_steady(0);
+  o.training().pipeline().cuda_graphs(true);
+  EXPECT_THROW(run_bench(o), UsageError);
+  EXPECT_THROW(run_bench(tiny_steady(1)), UsageError);
 }
 
 TEST(Bench, RatiosOfGivenRates) {
