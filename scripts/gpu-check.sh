@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds and checks stalepipe against the PyTorch wheel's CUDA LibTorch on a lent GPU machine,
+# Builds and checks stalepipe against the PyTorch wheel's CUDA LibTorch on a GPU machine,
 # which has the wheel, CMake and ninja but none of our Debian build dependencies and no network.
 #
 #   scripts/gpu-check.sh pack DEPS                  # here (Debian): copy what that machine lacks
