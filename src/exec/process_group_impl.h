@@ -35,6 +35,10 @@ std::string describe(int rank, int partitions, int replicas);
 
 // How long a reply of a store that answers may take, on top of the wait a call asks for.
 constexpr std::chrono::milliseconds kStoreReply{2000};
+// How long a rank that lost a connection in a collective waits for the others' failure records
+// before it names no one (WaitWatch::gone_from_collective): they fail as their own
+// connections to the gone rank close, within a second even on a loaded machine.
+constexpr std::chrono::milliseconds kGoneFromCollectivePatience{3000};
 
 // Our calls to the rendezvous store, each with a deadline. LibTorch 2.x's TCPStore client reads
 // some replies without a timeout (the cancellation of a wait that timed out), so behind a cut
@@ -111,6 +115,11 @@ class WaitWatch {
   // The end of the recorded waits from `peer` (peer itself when it records none); -1 if that
   // end is a collective and every other rank has recorded something.
   int silent_one(int peer) const;
+  // After this rank lost a connection in a collective over every rank (which names no peer):
+  // the one other rank that records no failure once all the rest have (the ranks that lose
+  // their connections to a dead rank fail and record it; the dead rank never does), waiting up
+  // to `patience` for the records; -1 where more than one rank stays unrecorded.
+  int gone_from_collective(std::chrono::milliseconds patience) const;
   // Whether the store (on rank 0's host) answers within half a second.
   bool store_answers() const;
   // A rank records here that it failed (ProcessGroup::fail); failed_replica gives another

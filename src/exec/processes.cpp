@@ -194,7 +194,17 @@ ProcessGroup::~ProcessGroup() {
   auto name = [&](int r) { return describe(r, impl_->partitions, impl_->replicas); };
   // A timeout may be a cascade: the peer waits for a third rank, or rank 0's host is cut off.
   const bool store = !timed_out || impl_->watch->store_answers();
-  const int silent = timed_out && store ? impl_->watch->silent_one(peer) : peer;
+  int silent = timed_out && store ? impl_->watch->silent_one(peer) : peer;
+  if (!timed_out && store && peer == WaitWatch::kAnyRank) {
+    // A collective names no peer: the one rank that never records a failure is the one gone.
+    // This rank's record first, as the others look for it too.
+    try {
+      impl_->watch->record_failure();
+    } catch (const std::exception&) {
+      // Gone with rank 0: the search below finds no one.
+    }
+    silent = impl_->watch->gone_from_collective(kGoneFromCollectivePatience);
+  }
   const std::string first = store ? first_loss(silent) : std::string();
   // Not a record naming this rank: a rank that times out closes its connections, and its
   // other peers may see it go before it has recorded the silent rank.

@@ -1,5 +1,8 @@
 #include "process_group_impl.h"
 
+#include <thread>
+#include <vector>
+
 namespace stalepipe::exec {
 namespace {
 
@@ -82,6 +85,24 @@ int WaitWatch::unrecorded_rank(const std::set<int>& skip) const {
     if (!skip.count(r) && !store_.has(wait_key(r), kThere) && !store_.has(failure_key(r), kThere)) return r;
   }
   return -1;
+}
+
+int WaitWatch::gone_from_collective(std::chrono::milliseconds patience) const {
+  const auto deadline = std::chrono::steady_clock::now() + patience;
+  constexpr std::chrono::milliseconds kThere{1};
+  try {
+    while (true) {
+      std::vector<int> unrecorded;
+      for (int r = 0; r < size_; ++r) {
+        if (r != rank_ && !store_.has(failure_key(r), kThere)) unrecorded.push_back(r);
+      }
+      if (unrecorded.size() == 1) return unrecorded[0];
+      if (unrecorded.empty() || std::chrono::steady_clock::now() >= deadline) return -1;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  } catch (const std::exception&) {
+    return -1;  // the store went away: no one to name
+  }
 }
 
 void WaitWatch::record_failure() const {

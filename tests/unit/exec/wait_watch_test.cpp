@@ -2,6 +2,8 @@
 // leave in the rendezvous store, and the bounded store calls those are read with.
 #include <gtest/gtest.h>
 
+#include <thread>
+
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include "exec/process_group_impl.h"
@@ -59,6 +61,22 @@ TEST_F(WaitWatchTest, ACollectiveNamesTheFirstRankWithNoRecord) {
   EXPECT_EQ(watch_.silent_one(WaitWatch::kAnyRank), 4);
   waits(4, 1);
   EXPECT_EQ(watch_.silent_one(WaitWatch::kAnyRank), -1) << "every other rank left a record";
+}
+
+// A lost connection in a collective: the rank gone is the one that never records a failure
+// while the others do; with two or more unrecorded at the deadline, no one is named.
+TEST_F(WaitWatchTest, ALostCollectiveNamesTheOneRankThatRecordsNoFailure) {
+  failed(1);
+  failed(3);
+  EXPECT_EQ(watch_.gone_from_collective(milliseconds(100)), -1) << "ranks 2 and 4 both unrecorded";
+  std::thread late([this] {
+    std::this_thread::sleep_for(milliseconds(150));
+    failed(4);
+  });
+  EXPECT_EQ(watch_.gone_from_collective(milliseconds(2000)), 2) << "rank 4's record came late";
+  late.join();
+  failed(2);
+  EXPECT_EQ(watch_.gone_from_collective(milliseconds(100)), -1) << "every other rank failed";
 }
 
 TEST_F(WaitWatchTest, AChainEndingInACollectiveNamesARankOutsideTheChain) {
