@@ -7,6 +7,8 @@
 #include "stalepipe/api/pipeline_trainer.h"
 #include "stalepipe/models/torchscript.h"
 #include "support/error_of.h"
+#include "support/pipeline_runs.h"
+#include "support/script_runs.h"
 #include "support/script_modules.h"
 #include "support/temp_dir.h"
 
@@ -15,7 +17,7 @@ namespace {
 
 using test::error_of;
 
-const models::InputShape kInput{1, 8, 8, 3};
+const models::InputShape& kInput = test::kScriptInput;
 
 // h = c1(x); out = fc(flatten(c2(relu(h)) + h)): a residual whose shortcut jumps c2.
 std::string residual_file(const test::TempDir& dir, uint64_t seed = 3) {
@@ -29,27 +31,11 @@ std::string residual_file(const test::TempDir& dir, uint64_t seed = 3) {
   return test::save_script(net, dir.file("residual.pt"));
 }
 
-Options options_for(std::vector<int> ppv, ScheduleKind schedule, const std::string& executor) {
-  Options o;
-  o.optimizer().lr_schedule(LrScheduleKind::kConstant).lr(0.05);
-  o.pipeline().ppv(std::move(ppv)).schedule(schedule).executor(exec::executor_from_name(executor)).threads(2);
-  return o;
-}
+constexpr int kSteps = 6;
 
-std::vector<torch::Tensor> trained(const std::string& file, const Options& options) {
-  PipelineTrainer trainer(models::load_torchscript(file, kInput), options);
-  torch::manual_seed(11);
-  for (int i = 0; i < 6; ++i) trainer.feed(torch::randn({4, 1, 8, 8}), torch::randint(0, 3, {4}));
-  trainer.flush();
-  return trainer.parameters();
-}
-
-::testing::AssertionResult same(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {
-  if (a.size() != b.size()) return ::testing::AssertionFailure() << a.size() << " vs " << b.size() << " tensors";
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (!torch::equal(a[i], b[i])) return ::testing::AssertionFailure() << "tensor " << i << " differs";
-  }
-  return ::testing::AssertionSuccess();
+std::vector<torch::Tensor> trained(const std::string& file, std::vector<int> ppv, ScheduleKind schedule,
+                                   const char* executor) {
+  return test::train_script(file, kSteps, test::script_options(std::move(ppv), schedule, executor));
 }
 
 TEST(TorchScriptDag, AResidualForwardIsCutAtItsWeightLayersWithTheShortcutAsASkip) {
@@ -75,10 +61,10 @@ TEST(TorchScriptDag, AResidualForwardIsCutAtItsWeightLayersWithTheShortcutAsASki
 TEST(TorchScriptDag, ARegisterInsideTheResidualTrainsAsWithoutIt) {
   test::TempDir dir;
   const std::string file = residual_file(dir);
-  EXPECT_TRUE(same(trained(file, options_for({1}, ScheduleKind::kSequential, "emulated")),
-                   trained(file, options_for({}, ScheduleKind::kSequential, "emulated"))));
-  EXPECT_TRUE(same(trained(file, options_for({1, 2}, ScheduleKind::kStale, "threads")),
-                   trained(file, options_for({1, 2}, ScheduleKind::kStale, "emulated"))));
+  EXPECT_TRUE(test::all_equal(trained(file, {1}, ScheduleKind::kSequential, "emulated"),
+                              trained(file, {}, ScheduleKind::kSequential, "emulated")));
+  EXPECT_TRUE(test::all_equal(trained(file, {1, 2}, ScheduleKind::kStale, "threads"),
+                              trained(file, {1, 2}, ScheduleKind::kStale, "emulated")));
 }
 
 TEST(TorchScriptDag, WhatCannotBeCutIsRefusedNamingTheNode) {

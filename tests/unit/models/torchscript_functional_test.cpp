@@ -12,6 +12,8 @@
 #include "stalepipe/models/dropout.h"
 #include "stalepipe/models/torchscript.h"
 #include "support/error_of.h"
+#include "support/pipeline_runs.h"
+#include "support/script_runs.h"
 #include "support/script_modules.h"
 #include "support/temp_dir.h"
 
@@ -20,7 +22,7 @@ namespace {
 
 using test::error_of;
 
-const models::InputShape kInput{1, 8, 8, 3};
+const models::InputShape& kInput = test::kScriptInput;
 
 // Functions as torch.nn.functional's script: called through prim::CallFunction, one calling another.
 const char* const kFunctions = R"(
@@ -103,27 +105,11 @@ torch::jit::Module drawing() {
              "    return self.fc.forward(torch.flatten(pool(h), 1))\n");
 }
 
-Options options_for(std::vector<int> ppv, ScheduleKind schedule, const std::string& executor) {
-  Options o;
-  o.optimizer().lr_schedule(LrScheduleKind::kConstant).lr(0.05);
-  o.pipeline().ppv(std::move(ppv)).schedule(schedule).executor(exec::executor_from_name(executor)).threads(2);
-  return o;
-}
+constexpr int kSteps = 4;
 
-std::vector<torch::Tensor> trained(const std::string& file, const Options& options) {
-  PipelineTrainer trainer(models::load_torchscript(file, kInput), options);
-  torch::manual_seed(11);
-  for (int i = 0; i < 4; ++i) trainer.feed(torch::randn({4, 1, 8, 8}), torch::randint(0, 3, {4}));
-  trainer.flush();
-  return trainer.parameters();
-}
-
-::testing::AssertionResult same(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {
-  if (a.size() != b.size()) return ::testing::AssertionFailure() << a.size() << " vs " << b.size() << " tensors";
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (!torch::equal(a[i], b[i])) return ::testing::AssertionFailure() << "tensor " << i << " differs";
-  }
-  return ::testing::AssertionSuccess();
+std::vector<torch::Tensor> trained(const std::string& file, std::vector<int> ppv, ScheduleKind schedule,
+                                   const char* executor) {
+  return test::train_script(file, kSteps, test::script_options(std::move(ppv), schedule, executor));
 }
 
 // The checks every forward here must pass; `cut` is the register that the sequential schedule
@@ -142,15 +128,15 @@ void expect_cut_trains_exactly(const torch::jit::Module& module, const std::vect
   for (const auto& unit : model.units) {
     for (const auto& p : unit.module.ptr()->parameters()) before.push_back(p.detach().clone());
   }
-  const auto cut_middle = trained(file, options_for(cut, ScheduleKind::kSequential, "emulated"));
+  const auto cut_middle = trained(file, cut, ScheduleKind::kSequential, "emulated");
   ASSERT_EQ(cut_middle.size(), before.size());
   for (size_t i = 0; i < before.size(); ++i) {
     EXPECT_TRUE(torch::isfinite(cut_middle[i]).all().item<bool>()) << "tensor " << i;
     EXPECT_FALSE(torch::equal(cut_middle[i], before[i])) << "tensor " << i << " did not train";
   }
-  EXPECT_TRUE(same(cut_middle, trained(file, options_for({}, ScheduleKind::kSequential, "emulated"))));
-  EXPECT_TRUE(same(trained(file, options_for({1, 2}, ScheduleKind::kStale, "threads")),
-                   trained(file, options_for({1, 2}, ScheduleKind::kStale, "emulated"))));
+  EXPECT_TRUE(test::all_equal(cut_middle, trained(file, {}, ScheduleKind::kSequential, "emulated")));
+  EXPECT_TRUE(test::all_equal(trained(file, {1, 2}, ScheduleKind::kStale, "threads"),
+                              trained(file, {1, 2}, ScheduleKind::kStale, "emulated")));
 }
 
 TEST(TorchScriptFunctional, CompiledFunctionsAreInlinedAndTheCutTrainsExactly) {
