@@ -43,7 +43,8 @@ TEST(StreamChecker, ReportsAReadOnAnotherStreamWithNoWaitForTheWrite) {
   const auto early = s.a->record();  // before the write below
   read_on(*s.b, x);
   ASSERT_THAT(checker.races(), SizeIs(1));
-  EXPECT_NE(checker.races()[0].find("aten::neg on stream 2 reads what aten::mul_ wrote on stream 1"), std::string::npos) << checker.races()[0];
+  EXPECT_NE(checker.races()[0].find("aten::neg on stream 2 reads what aten::mul_ wrote on stream 1"), std::string::npos)
+      << checker.races()[0];
   const torch::Tensor y = written_on(*s.a);
   s.b->wait(early.get());
   read_on(*s.b, y);
