@@ -26,10 +26,17 @@ class CpuStream final : public DeviceStream {
 
 std::atomic<detail::CpuStreams*> cpu_streams{nullptr};
 
-void check_drivable(const torch::Device& device) {
+// A new stream of `device` (make_stream), or the calling thread's current one.
+std::unique_ptr<DeviceStream> stream_of(const torch::Device& device, bool current) {
+  if (device.is_cpu()) {
+    detail::CpuStreams* streams = cpu_streams.load();
+    if (!streams) return std::make_unique<CpuStream>();
+    return current ? streams->current() : streams->make();
+  }
   SP_CHECK_ARG(!device.is_cuda() || built_with_cuda(), "device ", device.str(),
                ": this build's LibTorch has no CUDA (build against a CUDA LibTorch, scripts/gpu-check.sh)");
   check_device(device, "device");
+  return current ? detail::current_cuda_stream(device) : detail::make_cuda_stream(device);
 }
 
 }  // namespace
@@ -42,22 +49,8 @@ CpuStreams* set_cpu_streams(CpuStreams* streams) { return cpu_streams.exchange(s
 
 bool built_with_cuda() { return detail::kCudaStreams; }
 
-std::unique_ptr<DeviceStream> make_stream(const torch::Device& device) {
-  if (device.is_cpu()) {
-    detail::CpuStreams* streams = cpu_streams.load();
-    return streams ? streams->make() : std::make_unique<CpuStream>();
-  }
-  check_drivable(device);
-  return detail::make_cuda_stream(device);
-}
+std::unique_ptr<DeviceStream> make_stream(const torch::Device& device) { return stream_of(device, false); }
 
-std::unique_ptr<DeviceStream> current_stream(const torch::Device& device) {
-  if (device.is_cpu()) {
-    detail::CpuStreams* streams = cpu_streams.load();
-    return streams ? streams->current() : std::make_unique<CpuStream>();
-  }
-  check_drivable(device);
-  return detail::current_cuda_stream(device);
-}
+std::unique_ptr<DeviceStream> current_stream(const torch::Device& device) { return stream_of(device, true); }
 
 }  // namespace stalepipe::exec

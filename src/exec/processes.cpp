@@ -195,7 +195,8 @@ ProcessGroup::~ProcessGroup() {
   // A timeout may be a cascade: the peer waits for a third rank, or rank 0's host is cut off.
   const bool store = !timed_out || impl_->watch->store_answers();
   int silent = timed_out && store ? impl_->watch->silent_one(peer) : peer;
-  if (!timed_out && store && peer == WaitWatch::kAnyRank) {
+  const bool lost_in_collective = !timed_out && store && peer == WaitWatch::kAnyRank;
+  if (lost_in_collective) {
     // A collective names no peer: the one rank that never records a failure is the one gone.
     // This rank's record first, as the others look for it too.
     try {
@@ -211,7 +212,7 @@ ProcessGroup::~ProcessGroup() {
   const bool other = !first.empty() && first != name(silent) && first != name(rank_);
   if (store) {
     try {
-      impl_->watch->record_failure();
+      if (!lost_in_collective) impl_->watch->record_failure();  // that one recorded it already
       // Read by rank 0 before it goes (see the destructor).
       impl_->calls->run([](c10d::Store& s) { return s.add("stalepipe/failures", 1); }, kStoreReply);
     } catch (const std::exception&) {

@@ -148,6 +148,13 @@ struct StreamChecker::State final : exec::detail::CpuStreams {
 
 namespace {
 
+// What on_start found, for on_end: the operation's stream and what it writes.
+struct OpContext final : at::ObserverContext {
+  OpContext(size_t id, const Access& access) : id(id), access(access) {}
+  size_t id;
+  const Access& access;  // an element of State::accesses, whose elements never move
+};
+
 std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
   StreamChecker::State* state = active.load();
   if (!state || !watched()) return nullptr;
@@ -155,25 +162,25 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
   std::lock_guard<std::mutex> lock(state->mutex);
   state->begin_op(id);
   const Access& access = state->access(fn);
-  if (access.view) return nullptr;
+  if (access.view) return nullptr;  // nothing for on_end either: a view's returns are no writes
   const auto inputs = fn.inputs();
   for (size_t i = 0; i < inputs.size(); ++i) {
     const bool write = access.known && i < access.writes_argument.size() && access.writes_argument[i];
     for_each_tensor(inputs[i], [&](const at::Tensor& t) { state->touch(t, id, write, fn.name()); });
   }
-  return nullptr;
+  return std::make_unique<OpContext>(id, access);
 }
 
-void on_end(const at::RecordFunction& fn, at::ObserverContext*) {
+void on_end(const at::RecordFunction& fn, at::ObserverContext* context) {
   StreamChecker::State* state = active.load();
-  if (!state || !watched()) return;
-  const size_t id = current_id();
+  const auto* op = static_cast<const OpContext*>(context);
+  if (!state || !op) return;
   std::lock_guard<std::mutex> lock(state->mutex);
-  const Access& access = state->access(fn);
+  const Access& access = op->access;
   const auto& outputs = fn.outputs();
   for (size_t i = 0; i < outputs.size(); ++i) {
     if (access.known && i < access.writes_return.size() && !access.writes_return[i]) continue;  // a view
-    for_each_tensor(outputs[i], [&](const at::Tensor& t) { state->touch(t, id, /*write=*/true, fn.name()); });
+    for_each_tensor(outputs[i], [&](const at::Tensor& t) { state->touch(t, op->id, /*write=*/true, fn.name()); });
   }
 }
 
