@@ -13,17 +13,12 @@
 namespace stalepipe::cli {
 namespace {
 
-// Flags that are not the field's name with dashes.
-const std::pair<const char*, const char*> kFlagExceptions[] = {
-    {"PipelineOptions::ppv", "--pipeline"},  // the paper's name for a PPV's registers
-    {"DataOptions::dataset", "--data"},
+// The option tree's flags are its table's (options.h). Of the options outside it, those whose
+// flag is not the field's name with dashes.
+const std::pair<const char*, const char*> kOtherFlags[] = {
     {"SweepOptions::names", "--run"},
     {"ExperimentOverrides::data", "sweep --data"},
 };
-
-// Stored fields without a flag: PipelineTrainer::feed's segment length is for callers of the
-// API; `train` drains where its loop needs to.
-const Field kNoFlag[] = {Field::segment_steps};
 
 // One field as a flag: a bool as a switch, a list comma-separated, text kept for `apply`.
 template <typename T>
@@ -49,7 +44,10 @@ CLI::Option* add_flag_of(CLI::App& app, const OptionField& f, T& value, TrainFla
 
 std::string flag_of(const std::string& part, const std::string& name) {
   const std::string qualified = part + "::" + name;
-  for (const auto& [field, flag] : kFlagExceptions) {
+  for (const OptionField& f : option_fields()) {
+    if (f.qualified() == qualified) return flag_of(f.field);
+  }
+  for (const auto& [field, flag] : kOtherFlags) {
     if (qualified == field) return flag;
   }
   std::string flag = "--" + name;
@@ -59,7 +57,7 @@ std::string flag_of(const std::string& part, const std::string& name) {
 
 std::string flag_of(Field field) {
   const OptionField& f = option_field(field);
-  return flag_of(f.part, f.name);
+  return f.flag.empty() ? f.qualified() : f.flag;  // a field without a flag is named as in the API
 }
 
 std::string with_flags(std::string message) {
@@ -88,9 +86,7 @@ CLI::Option* add_field_flag(CLI::App& app, Options& options, TrainFlags& text, F
 
 void add_option_flags(CLI::App& app, Options& o, TrainFlags& text) {
   for (const OptionField& f : option_fields()) {
-    if (std::find(std::begin(kNoFlag), std::end(kNoFlag), f.field) == std::end(kNoFlag)) {
-      add_field_flag(app, o, text, f.field);
-    }
+    if (!f.flag.empty()) add_field_flag(app, o, text, f.field);
   }
   app.get_option(flag_of(Field::ppv))->excludes(app.get_option(flag_of(Field::partitions)));
   auto& g = o.pipeline().group();

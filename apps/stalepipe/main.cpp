@@ -3,16 +3,20 @@
 #include <map>
 
 #include <c10/util/Exception.h>
+#include <torch/version.h>
 
 #include "commands.h"
 #include "flags.h"
 #include "stalepipe/common/error.h"
 #include "stalepipe/common/malloc_tuning.h"
+#include "stalepipe/stalepipe.h"
 
 int main(int argc, char** argv) {
   stalepipe::keep_freed_memory();  // before any thread: a training step reuses what the last freed
   CLI::App app{"stalepipe: pipelined training of CNNs with stale weights (PPL-SGD)"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", c10::str("stalepipe ", STALEPIPE_VERSION_MAJOR, ".", STALEPIPE_VERSION_MINOR, ".",
+                                             STALEPIPE_VERSION_PATCH, " (LibTorch ", TORCH_VERSION, ")"));
   // A flag given twice takes its last value, as in most Unix tools (and scripts that append).
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   using stalepipe::cli::Command;
@@ -44,6 +48,8 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     std::fprintf(stderr, "stalepipe: error: %s\n", e.what());

@@ -1,4 +1,4 @@
-// `stalepipe profile --model NAME`: per-unit forward/backward time and memory, as `caffe time`.
+// `stalepipe profile --model NAME | --model-file FILE`: per-unit forward/backward time and memory, as `caffe time`.
 // The --json file feeds `stalepipe simulate --profile` (and the partitioner's time costs).
 // --pipeline PPV also times each partition of that cut as one block, beside the sum of its
 // units (the simulator's compute model); --device cuda:N measures on a GPU.
@@ -11,6 +11,7 @@
 #include "stalepipe/common/device.h"
 #include "stalepipe/common/error.h"
 #include "stalepipe/common/files.h"
+#include "stalepipe/models/torchscript.h"
 #include "stalepipe/models/zoo.h"
 #include "stalepipe/partition/plan.h"
 #include "stalepipe/partition/profile.h"
@@ -27,6 +28,8 @@ Command add_profile(CLI::App& app) {
   auto json = std::make_shared<std::string>();
   auto device = std::make_shared<std::string>("cpu");
   add_field_flag(app, *tree, *text, Field::model, zoo_model_choices());
+  add_field_flag(app, *tree, *text, Field::model_file);
+  add_field_flag(app, *tree, *text, Field::image_size);
   add_field_flag(app, *tree, *text, Field::batch_size);
   add_field_flag(app, *tree, *text, Field::ppv, "also time each partition of this PPV as one block, e.g. 19");
   app.add_option("--threads", options->threads, "intra-op threads while measuring")->capture_default_str();
@@ -44,7 +47,9 @@ Command add_profile(CLI::App& app) {
     options->batch_size = tree->data().batch_size();
     models::InputShape input;
     input.channels = *channels;
-    auto m = models::make_model(tree->run().model(), input);
+    if (const int64_t size = tree->data().image_size(); size > 0) input.height = input.width = size;
+    const std::string& file = tree->run().model_file();
+    auto m = file.empty() ? models::make_model(tree->run().model(), input) : models::load_torchscript(file, input);
     std::optional<partition::Plan> plan;
     const auto& ppv = tree->pipeline().ppv();
     if (!ppv.empty()) plan = partition::make_plan(m, ppv);

@@ -12,7 +12,7 @@
 
 // The release (CMakeLists.txt project(VERSION) checks that they agree).
 #define STALEPIPE_VERSION_MAJOR 0
-#define STALEPIPE_VERSION_MINOR 3
+#define STALEPIPE_VERSION_MINOR 4
 #define STALEPIPE_VERSION_PATCH 0
 
 #include "stalepipe/api/assemble.h"

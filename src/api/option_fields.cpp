@@ -1,8 +1,12 @@
 #include "stalepipe/api/option_fields.h"
 
+#include <c10/util/StringUtil.h>
+
 #include "common/json_number_impl.h"
 #include "stalepipe/api/options_json.h"
 #include "stalepipe/common/error.h"
+#include "stalepipe/data/registry.h"
+#include "stalepipe/models/zoo.h"
 #include "stalepipe/partition/plan.h"
 
 namespace stalepipe {
@@ -89,16 +93,16 @@ std::vector<std::string> split_keys(const std::string& keys) {
 }
 
 OptionField make_field(Field field, const char* part, const char* name, const char* keys, bool text,
-                       const char* help, json (*write)(const Options&),
+                       HashRule hash, const char* flag, const char* help, json (*write)(const Options&),
                        void (*read)(const json&, Options&, const std::string&)) {
   std::vector<std::string> all = split_keys(keys);
-  OptionField f{field, part, name, all.front(), {all.begin() + 1, all.end()}, help, text, write, read};
+  OptionField f{field, part, name, all.front(), {all.begin() + 1, all.end()}, hash, flag, help, text, write, read};
   return f;
 }
 
-#define SP_REGISTER_FIELD(Part, part, type, name, default_value, keys, codec, help)             \
+#define SP_REGISTER_FIELD(Part, part, type, name, default_value, keys, codec, hash, flag, help) \
   fields.push_back(make_field(                                                                  \
-      Field::name, #Part, #name, keys, codec::kText, help,                                      \
+      Field::name, #Part, #name, keys, codec::kText, HashRule::k##hash, flag, help,             \
       [](const Options& o) -> json { return codec::write(o.part().name()); },                   \
       [](const json& j, Options& o, const std::string& where) { codec::read(j, o.part().name(), where); }));
 #define SP_REGISTER_DATA(...) SP_REGISTER_FIELD(DataOptions, data, __VA_ARGS__)
@@ -112,6 +116,11 @@ std::vector<OptionField> make_registry() {
   SP_PIPELINE_OPTION_FIELDS(SP_REGISTER_PIPELINE)
   SP_OPTIMIZER_OPTION_FIELDS(SP_REGISTER_OPTIMIZER)
   SP_RUN_OPTION_FIELDS(SP_REGISTER_RUN)
+  // The lists from the registries that parse them.
+  std::string& data = fields[static_cast<size_t>(Field::dataset)].help;
+  data = "the data set: " + data::dataset_choices();
+  std::string& model = fields[static_cast<size_t>(Field::model)].help;
+  model = "a network of the zoo: " + c10::Join(" | ", models::model_names()) + " (resnet20, resnet56, ...)";
   return fields;
 }
 

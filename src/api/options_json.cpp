@@ -13,28 +13,15 @@ namespace {
 
 using nlohmann::json;
 
-// What does not change the trained weights (devices and cuda_graphs: only in the last bits, as
-// kernels round; a run resumed with or without graphs goes on as the same run).
-const char* const kNotHashed[] = {"out", "progress", "executor", "threads", "devices", "trace",
-                                  "stop_at_step", "profile_batch", "targets", "recompute", "data_threads",
-                                  "cache_images", "cuda_graphs"};
-// The fields of 0.1, hashed always. Any later field is left out of the hash while at its
-// default, so that older runs keep their hash (a new field needs no entry here).
-const char* const kHashedAlways[] = {"data", "train_subset", "test_subset", "augment", "drop_last", "batch_size",
-                                     "eval_batch_size", "pipeline", "partitions", "balance", "schedule",
-                                     "hybrid_switch", "threads_per_worker", "lr", "momentum", "weight_decay",
-                                     "nesterov", "lr_schedule", "lr_milestones", "lr_gamma", "warmup_epochs",
-                                     "model", "epochs", "max_steps", "seed", "checkpoint_every"};
 // Not in the files of 0.2 (the legacy hash's JSON).
 const char* const kNewIn03[] = {"stop_at_step", "profile_batch", "segment_steps", "model_file"};
 
 json hashed_json(const Options& options) {
   json j = to_json(options);
-  for (const char* key : kNotHashed) j.erase(key);
   const json defaults = to_json(Options());
   for (const OptionField& f : option_fields()) {
-    const bool always = std::find(std::begin(kHashedAlways), std::end(kHashedAlways), f.key) != std::end(kHashedAlways);
-    if (!always && j.contains(f.key) && j[f.key] == defaults[f.key]) j.erase(f.key);
+    const bool at_default = j[f.key] == defaults[f.key];
+    if (f.hash == HashRule::kNever || (f.hash == HashRule::kUnlessDefault && at_default)) j.erase(f.key);
   }
   // The layout as it runs, under the earlier key "channels_last" (present only when true), so
   // that "auto" and the layout it stands for hash alike, and so do runs written before.

@@ -50,6 +50,15 @@ std::vector<std::string> dataset_names() {
           "synthetic-masks"};
 }
 
+std::string dataset_choices() {
+  std::string text;
+  for (const std::string& name : dataset_names()) {
+    const char* form = is_synthetic(name) ? "[:N]" : name == "fashion-mnist" ? "[:DIR]" : ":DIR";
+    text += (text.empty() ? "" : " | ") + name + form;
+  }
+  return text;
+}
+
 DatasetSpec parse_dataset_spec(const std::string& spec) {
   const size_t colon = spec.find(':');
   DatasetSpec parsed;

@@ -10,31 +10,36 @@
 namespace stalepipe::exec {
 namespace {
 
-// Evaluation batches use a range of tags of their own above 2^29 (beyond the pipeline's), a
-// block of 64 per batch: the activation, the target, then the skip tensors.
-constexpr int kEvalActivation = 0, kEvalTarget = 2, kEvalSkips = 4, kEvalTagsPerIndex = 64;
-int eval_tag(int64_t index, int slot) {
-  return (1 << 29) + static_cast<int>((index % (1 << 22)) * kEvalTagsPerIndex + slot);
-}
+// Evaluation batches use a range of tags of their own from 2^29 (beyond the pipeline's): a block
+// per batch of two tags (header, payload) for the activation, the target, then each skip tensor.
+constexpr int kEvalActivation = 0, kEvalTarget = 2, kEvalSkips = 4, kMaxEvalTagsPerIndex = 512;
 
 // Where each skip tensor goes in an evaluation pass, and its tag slot.
 struct EvalSkip {
   int source = 0, destination = 0, slot = 0;
 };
-std::map<std::string, EvalSkip> eval_skips(const detail::Wiring& wiring) {
+
+struct EvalTags {
   std::map<std::string, EvalSkip> skips;
-  int slot = kEvalSkips;
+  int per_index = kEvalSkips;
+  // Batches 2^19 apart share tags (far more than are ever in flight), so that the range ends
+  // below the replicas' tags (replica_group.cpp), at 2^29 + 2^19 * 512.
+  int tag(int64_t index, int slot) const { return (1 << 29) + static_cast<int>((index % (1 << 19)) * per_index + slot); }
+};
+
+EvalTags eval_tags(const detail::Wiring& wiring) {
+  EvalTags tags;
   for (const auto& route : wiring.routes()) {
     if (route.lane != detail::Lane::kActivation) continue;
     for (const std::string& name : route.names) {
       if (name == detail::kActivation || name == detail::kTarget) continue;
-      SP_CHECK(slot < kEvalTagsPerIndex, "processes executor: more than ", (kEvalTagsPerIndex - kEvalSkips) / 2,
-               " skip tensors cross registers; evaluation has tags for no more");
-      skips[name] = {route.source, route.destination, slot};
-      slot += 2;
+      tags.skips[name] = {route.source, route.destination, tags.per_index};
+      tags.per_index += 2;
     }
   }
-  return skips;
+  SP_CHECK(tags.per_index <= kMaxEvalTagsPerIndex, "processes executor: ", tags.skips.size(),
+           " skip tensors cross registers; evaluation has tags for ", (kMaxEvalTagsPerIndex - kEvalSkips) / 2);
+  return tags;
 }
 
 }  // namespace
@@ -48,25 +53,25 @@ DistributedPrediction predict_distributed(ProcessGroup& group, const std::vector
   DistributedPrediction out;
   try {
     Stage& stage = *stages.at(r);
-    const auto skips = eval_skips(detail::Wiring::pipeline(stages));
+    const EvalTags tags = eval_tags(detail::Wiring::pipeline(stages));
     StageTensors x;
-    x.main = r == 0 ? input : group.recv_tensor(first + r - 1, eval_tag(index, kEvalActivation)).tensor;
+    x.main = r == 0 ? input : group.recv_tensor(first + r - 1, tags.tag(index, kEvalActivation)).tensor;
     for (const std::string& name : stage.skip_inputs()) {
-      const EvalSkip& skip = skips.at(name);
-      x.skips.push_back(group.recv_tensor(first + skip.source, eval_tag(index, skip.slot)).tensor);
+      const EvalSkip& skip = tags.skips.at(name);
+      x.skips.push_back(group.recv_tensor(first + skip.source, tags.tag(index, skip.slot)).tensor);
     }
     StageTensors y = stage.predict(x);
     for (size_t i = 0; i < y.skips.size(); ++i) {
-      const EvalSkip& skip = skips.at(stage.skip_outputs()[i]);
-      group.send_tensor(y.skips[i], first + skip.destination, eval_tag(index, skip.slot), index);
+      const EvalSkip& skip = tags.skips.at(stage.skip_outputs()[i]);
+      group.send_tensor(y.skips[i], first + skip.destination, tags.tag(index, skip.slot), index);
     }
     if (r + 1 < K) {
-      group.send_tensor(y.main, first + r + 1, eval_tag(index, kEvalActivation), index);
-      if (r == 0) group.send_tensor(target, first + K - 1, eval_tag(index, kEvalTarget), index);
+      group.send_tensor(y.main, first + r + 1, tags.tag(index, kEvalActivation), index);
+      if (r == 0) group.send_tensor(target, first + K - 1, tags.tag(index, kEvalTarget), index);
       return out;
     }
     out.output = y.main;
-    out.target = r == 0 ? target : group.recv_tensor(first, eval_tag(index, kEvalTarget)).tensor;
+    out.target = r == 0 ? target : group.recv_tensor(first, tags.tag(index, kEvalTarget)).tensor;
   } catch (...) {
     group.mark_failed();
     throw;

@@ -27,8 +27,16 @@ Pipeline::Pipeline(const models::Model& model, const partition::Plan& plan,
   }
   for (int k = 0; k < K; ++k) {
     StageUnits units = stage_units(model, plan, k);
-    stages_.push_back(std::make_unique<Stage>(k, K, units.module, devices[k], sgd, objective, seed, memory_format,
-                                              plan.recomputed_units(k), std::move(units.skips), precision));
+    stages_.push_back(std::make_unique<Stage>(units.module, StageOptions(k, K)
+                                                                .device(devices[k])
+                                                                .sgd(sgd)
+                                                                .objective(objective)
+                                                                .seed(seed)
+                                                                .first_unit(plan.unit_ranges.at(k).first)
+                                                                .memory_format(memory_format)
+                                                                .recompute_units(plan.recomputed_units(k))
+                                                                .skips(std::move(units.skips))
+                                                                .precision(precision)));
     stage_ptrs_.push_back(stages_.back().get());
   }
 }

@@ -2,6 +2,7 @@
 #include "process_group_impl.h"
 
 #include <algorithm>
+#include <numeric>
 #include <condition_variable>
 #include <cstdlib>
 #include <deque>
@@ -27,9 +28,38 @@ std::string describe(int rank, int partitions, int replicas) {
 
 namespace {
 
-// step, stop, defined, dtype, ndim, dims[0..6], aux, channels-last
+// step, stop, defined, dtype, ndim, dims[0..6], aux, memory order
 constexpr int64_t kHeaderSize = 14;
 constexpr int64_t kMaxDims = 7;
+
+// The order of a dense tensor's dimensions in memory, outermost first; empty where that is the
+// order of its dimensions (contiguous) or it has gaps or overlaps (it goes contiguous).
+std::vector<int64_t> memory_order(const torch::Tensor& t) {
+  if (t.is_contiguous() || !t.is_non_overlapping_and_dense()) return {};
+  std::vector<int64_t> order(static_cast<size_t>(t.dim()));
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return t.stride(a) > t.stride(b); });
+  return order;
+}
+
+// An order as one header word, 3 bits a dimension; 0: none.
+int64_t encode_order(const std::vector<int64_t>& order) {
+  int64_t word = 0;
+  for (size_t d = 0; d < order.size(); ++d) word |= order[d] << (3 * d);
+  return order.empty() ? 0 : word | (int64_t{1} << 62);
+}
+
+std::vector<int64_t> decode_order(int64_t word, size_t dims) {
+  if (word == 0) return {};
+  std::vector<int64_t> order(dims);
+  for (size_t d = 0; d < dims; ++d) order[d] = (word >> (3 * d)) & 7;
+  std::vector<int64_t> sorted = order;
+  std::sort(sorted.begin(), sorted.end());
+  for (size_t d = 0; d < dims; ++d) {
+    SP_CHECK(sorted[d] == static_cast<int64_t>(d), "a message's header holds no order of ", dims, " dimensions");
+  }
+  return order;
+}
 
 bool is_loopback(const std::string& addr) {
   return addr == "localhost" || addr.rfind("127.", 0) == 0 || addr == "::1";
@@ -303,12 +333,13 @@ void ProcessGroup::send_tensor(const torch::Tensor& tensor, int dst, int tag, in
     h[4] = tensor.dim();
     for (int64_t d = 0; d < tensor.dim(); ++d) h[5 + d] = tensor.size(d);
   }
-  // A channels-last tensor goes as its NHWC view, which is contiguous: no copy on either side.
-  const bool nhwc = payload && tensor.dim() == 4 && !tensor.is_contiguous() &&
-                    tensor.is_contiguous(torch::MemoryFormat::ChannelsLast);
-  h[13] = nhwc ? 1 : 0;
+  // A dense tensor goes as the permutation of it that is contiguous (a channels-last activation
+  // as NHWC, a gradient as autograd left it), and arrives with the same strides: no copy on
+  // either side, and the receiver computes on the layout the threads executor hands over.
+  const std::vector<int64_t> order = payload ? memory_order(tensor) : std::vector<int64_t>();
+  h[13] = encode_order(order);
   send(header, dst, tag);
-  if (payload) send(nhwc ? tensor.permute({0, 2, 3, 1}) : tensor, dst, tag + 1);
+  if (payload) send(order.empty() ? tensor : tensor.permute(order), dst, tag + 1);
 }
 
 ProcessGroup::Received ProcessGroup::recv_tensor(int src, int tag) {
@@ -322,11 +353,15 @@ ProcessGroup::Received ProcessGroup::recv_tensor(int src, int tag) {
   if (h[2] != 0) {
     std::vector<int64_t> shape(h[4]);
     for (int64_t d = 0; d < h[4]; ++d) shape[d] = h[5 + d];
-    const bool nhwc = h[13] != 0 && shape.size() == 4;
-    if (nhwc) shape = {shape[0], shape[2], shape[3], shape[1]};
-    torch::Tensor buffer = torch::empty(shape, torch::TensorOptions().dtype(static_cast<c10::ScalarType>(h[3])));
+    const std::vector<int64_t> order = decode_order(h[13], shape.size());
+    std::vector<int64_t> sent = shape, back(order.size());
+    for (size_t d = 0; d < order.size(); ++d) {
+      sent[d] = shape[order[d]];
+      back[order[d]] = static_cast<int64_t>(d);
+    }
+    torch::Tensor buffer = torch::empty(sent, torch::TensorOptions().dtype(static_cast<c10::ScalarType>(h[3])));
     recv(buffer, src, tag + 1);
-    r.tensor = nhwc ? buffer.permute({0, 3, 1, 2}) : buffer;  // NCHW sizes, channels-last strides
+    r.tensor = order.empty() ? buffer : buffer.permute(back);  // the sender's sizes and strides
   }
   return r;
 }

@@ -14,12 +14,12 @@
 
 namespace stalepipe::exec {
 
-Stage::Stage(int index, int num_stages, torch::nn::Sequential module, torch::Device device,
-             optim::SgdOptions sgd, Objective objective, uint64_t seed, torch::MemoryFormat memory_format,
-             size_t recompute_units, std::vector<models::Skips> skips, Precision precision)
-    : index_(index), num_stages_(num_stages), module_(std::move(module)), skips_(std::move(skips)), device_(device),
-      stream_(make_stream(device)), objective_(std::move(objective)), seed_(seed), memory_format_(memory_format),
-      precision_(precision), recompute_units_(recompute_units) {
+Stage::Stage(torch::nn::Sequential module, StageOptions options)
+    : index_(options.index()), num_stages_(options.num_stages()), module_(std::move(module)),
+      skips_(std::move(options.skips())), device_(options.device()), stream_(make_stream(device_)),
+      objective_(std::move(options.objective())), seed_(options.seed()), first_unit_(options.first_unit()),
+      memory_format_(options.memory_format()), precision_(options.precision()),
+      recompute_units_(options.recompute_units()) {
   SP_CHECK_ARG(recompute_units_ <= module_->size(), "partition ", index_ + 1, " has ", module_->size(),
                " units; cannot recompute ", recompute_units_);
   if (skips_.empty()) skips_.resize(module_->size());
@@ -32,7 +32,7 @@ Stage::Stage(int index, int num_stages, torch::nn::Sequential module, torch::Dev
   module_->to(device_);
   models::to_memory_format(*module_, memory_format_);  // before the optimizer keeps any state
   module_->train();
-  optimizer_ = std::make_unique<optim::Sgd>(module_->parameters(), sgd,
+  optimizer_ = std::make_unique<optim::Sgd>(module_->parameters(), options.sgd(),
                                             models::scale_invariant_weights(*module_));
   for (size_t u = 0; u < module_->size(); ++u) writes_input_.push_back(models::writes_its_input(*module_->ptr(u)));
   for (size_t u = 0; u < recompute_units_; ++u) {
@@ -69,10 +69,10 @@ uint64_t mix(uint64_t z) {
   return z ^ (z >> 31);
 }
 
-// The seed of the random numbers the forward of (partition, step, micro) draws.
-uint64_t forward_seed(uint64_t run_seed, int partition, int64_t step, int micro) {
+// The seed of the random numbers the forward of (unit, step, micro) draws.
+uint64_t forward_seed(uint64_t run_seed, size_t unit, int64_t step, int micro) {
   uint64_t h = mix(run_seed + 0x9e3779b97f4a7c15ULL);
-  h = mix(h ^ static_cast<uint64_t>(partition));
+  h = mix(h ^ static_cast<uint64_t>(unit));
   h = mix(h ^ static_cast<uint64_t>(step));
   return mix(h ^ static_cast<uint64_t>(micro));
 }
@@ -130,11 +130,14 @@ void Stage::clear_in_flight() {
   clear_gradients();
 }
 
-torch::Tensor Stage::run_units(size_t first, size_t last, torch::Tensor x, models::SkipTable& table) {
+torch::Tensor Stage::run_units(size_t first, size_t last, torch::Tensor x, models::SkipTable& table,
+                               std::optional<Key> pass) {
   // x is a register's leaf (shares its storage with the previous partition's output), a
   // batch, or what a recomputation runs from again: a unit that writes into it gets a copy.
   if (first < last && writes_input_[first]) x = x.clone();
   for (size_t u = first; u < last; ++u) {
+    std::optional<models::RandomScope> random;
+    if (pass) random.emplace(forward_seed(seed_, first_unit_ + u, pass->first, pass->second));
     if (graphs_ && !graphs_->captured) {  // the eager passes before the first capture
       x = watched_unit(u, std::move(x), table);
       continue;
@@ -175,14 +178,13 @@ PendingLoss Stage::forward_pass(int64_t step, int micro, Pending& p, const torch
 }
 
 torch::Tensor Stage::forward_units(int64_t step, int micro, Pending& p) {
-  models::RandomScope random(forward_seed(seed_, index_, step, micro));
   AutocastScope autocast(precision_, device_);
   models::SkipTable table = input_table(p.skip_inputs);
   torch::Tensor x = p.input;
   if (recompute_units_ > 0) {
     {
       torch::NoGradGuard no_grad;  // nothing of these units is kept but their outputs
-      x = run_units(0, recompute_units_, x, table);
+      x = run_units(0, recompute_units_, x, table, Key{step, micro});
     }
     p.head_output = x.detach().requires_grad_(true);
     x = p.head_output;
@@ -193,7 +195,7 @@ torch::Tensor Stage::forward_units(int64_t step, int micro, Pending& p) {
       p.head_stashes.emplace(name, value);
     }
   }
-  x = run_units(recompute_units_, module_->size(), x, table);
+  x = run_units(recompute_units_, module_->size(), x, table, Key{step, micro});
   p.skip_outputs.clear();  // a graph's test double runs this again on the same slot
   for (const std::string& name : skip_outputs_) p.skip_outputs.push_back(table.at(name));
   return x;
@@ -271,10 +273,47 @@ namespace {
 
 // Gradient of a leaf the backward filled, or zeros where nothing downstream used it (a message
 // carries a tensor for every name).
-torch::Tensor grad_of(const torch::Tensor& leaf) {
-  const torch::Tensor& g = leaf.grad();
-  return g.defined() ? g : torch::zeros_like(leaf);
-}
+// The gradients autograd hands some leaves (a register's input, skip inputs, recomputation's
+// outputs), in the layout autograd made them. A leaf's .grad holds a gradient in the leaf's own
+// layout (AccumulateGrad copies a permuted one into a contiguous one), and what the partition
+// before computes from a gradient in another layout adds up in another order than the uncut
+// network does. A gradient in the leaf's layout is left to .grad, which takes it without a copy.
+class LeafGradients {
+ public:
+  LeafGradients() = default;
+  LeafGradients(const LeafGradients&) = delete;
+  LeafGradients& operator=(const LeafGradients&) = delete;
+  ~LeafGradients() {
+    for (auto& [leaf, hook] : hooks_) leaf.remove_hook(hook);
+  }
+  void watch(const torch::Tensor& leaf) {
+    leaves_.push_back(leaf);
+    other_layout_->emplace_back();
+    if (!leaf.defined() || !leaf.requires_grad()) return;
+    auto kept = other_layout_;
+    const size_t i = leaves_.size() - 1;
+    hooks_.emplace_back(leaf, leaf.register_hook([kept, i, leaf](const torch::Tensor& g) -> torch::Tensor {
+      torch::Tensor& sum = (*kept)[i];
+      if (!sum.defined() && g.strides() == leaf.strides()) return g;
+      // A second part (a leaf the recomputation reads again) adds to the first.
+      const torch::Tensor& before = sum.defined() ? sum : leaf.grad();
+      sum = before.defined() ? before + g : g;
+      // .grad is not read any more: it gets g's own memory under the leaf's strides, which
+      // AccumulateGrad keeps as it is instead of copying g.
+      return g.is_non_overlapping_and_dense() ? g.as_strided(g.sizes(), leaf.strides(), g.storage_offset()) : g;
+    }));
+  }
+  // Leaf i's gradient (in watch order); undefined where none arrived.
+  torch::Tensor operator[](size_t i) const {
+    const torch::Tensor& kept = other_layout_->at(i);
+    return kept.defined() || !leaves_[i].defined() ? kept : leaves_[i].grad();
+  }
+
+ private:
+  std::vector<torch::Tensor> leaves_;
+  std::shared_ptr<std::vector<torch::Tensor>> other_layout_ = std::make_shared<std::vector<torch::Tensor>>();
+  std::vector<std::pair<torch::Tensor, unsigned>> hooks_;
+};
 
 }  // namespace
 
@@ -320,10 +359,25 @@ StageTensors Stage::backward(int64_t step, const StageTensors& grad_output, int 
     grad_input = graphed_backward(p, grads);
   } else {
     if (graphs_) ++graphs_->eager_passes;
-    detail::backward_from(roots, grads);
-    if (p.head_output.defined()) recompute_backward(step, micro, p);
-    if (!is_first()) grad_input.main = p.input.grad();
-    for (const torch::Tensor& skip : p.skip_inputs) grad_input.skips.push_back(grad_of(skip));
+    LeafGradients inputs;
+    inputs.watch(is_first() ? torch::Tensor() : p.input);
+    for (const torch::Tensor& skip : p.skip_inputs) inputs.watch(skip);
+    std::vector<torch::Tensor> head_grads;
+    {
+      LeafGradients head;  // let go of before the recomputation, which replaces them
+      head.watch(p.head_output);
+      for (const auto& stash : p.head_stashes) head.watch(stash.second);
+      detail::backward_from(roots, grads);
+      if (p.head_output.defined()) {
+        for (size_t i = 0; i < 1 + p.head_stashes.size(); ++i) head_grads.push_back(head[i]);
+      }
+    }
+    if (!head_grads.empty()) recompute_backward(step, micro, p, std::move(head_grads));
+    grad_input.main = inputs[0];
+    for (size_t i = 0; i < p.skip_inputs.size(); ++i) {
+      const torch::Tensor g = inputs[1 + i];
+      grad_input.skips.push_back(g.defined() ? g : torch::zeros_like(p.skip_inputs[i]));
+    }
   }
   in_flight_.erase({step, micro});
   return grad_input;
@@ -333,13 +387,9 @@ torch::Tensor Stage::backward(int64_t step, const torch::Tensor& grad_output, in
   return backward(step, StageTensors{grad_output, {}}, micro).main;
 }
 
-void Stage::recompute_backward(int64_t step, int micro, Pending& p) {
-  std::vector<torch::Tensor> grads = {p.head_output.grad()};
+void Stage::recompute_backward(int64_t step, int micro, Pending& p, std::vector<torch::Tensor> grads) {
   std::vector<std::string> stashes;
-  for (const auto& [name, leaf] : p.head_stashes) {
-    stashes.push_back(name);
-    grads.push_back(leaf.grad());
-  }
+  for (const auto& stash : p.head_stashes) stashes.push_back(stash.first);
   // The forward's copies of their outputs go before the recomputation makes its own.
   p.output.reset();
   p.skip_outputs.clear();
@@ -356,10 +406,9 @@ void Stage::recompute_backward(int64_t step, int micro, Pending& p) {
       write_weights(recompute_params_, *p.head_weights);
     }
     RestoreWeights keep_statistics(recompute_buffers_);
-    models::RandomScope random(forward_seed(seed_, index_, step, micro));
     AutocastScope autocast(precision_, device_);
     models::SkipTable table = input_table(p.skip_inputs);
-    roots.push_back(run_units(0, recompute_units_, p.input, table));
+    roots.push_back(run_units(0, recompute_units_, p.input, table, Key{step, micro}));
     for (const std::string& name : stashes) roots.push_back(table.at(name));
   }
   // With the current weights back, as the backward without recomputation would see them.
@@ -401,7 +450,7 @@ StageTensors Stage::predict(const StageTensors& input) {
   StageTensors out;
   {
     AutocastScope autocast(precision_, device_);
-    out.main = run_units(0, module_->size(), arrived(input.main), table);
+    out.main = run_units(0, module_->size(), arrived(input.main), table, std::nullopt);
   }
   if (is_last()) out.main = to_full_precision(out.main);
   for (const std::string& name : skip_outputs_) out.skips.push_back(table.at(name));

@@ -33,16 +33,17 @@ at::Generator unit_generator(c10::Device device) {
   return device.is_cpu() ? at::detail::getDefaultCPUGenerator() : at::globalContext().defaultGenerator(device);
 }
 
-RandomScope::RandomScope(uint64_t seed)
-    : seed_(seed), generator_(at::make_generator<at::CPUGeneratorImpl>(seed)), previous_(current_scope) {
-  current_scope = this;
-}
+RandomScope::RandomScope(uint64_t seed) : seed_(seed), previous_(current_scope) { current_scope = this; }
 
 // Scopes nest on one thread, so the enclosing scope is still alive.
 RandomScope::~RandomScope() { current_scope = previous_; }
 
 at::Generator RandomScope::generator(c10::Device device) {
-  if (device.is_cpu()) return generator_;
+  if (device.is_cpu()) {
+    // Made at the first draw: a scope around every unit's forward costs nothing where none draws.
+    if (!generator_.defined()) generator_ = at::make_generator<at::CPUGeneratorImpl>(seed_);
+    return generator_;
+  }
   for (const auto& [d, g] : device_generators_) {
     if (d == device) return g;
   }

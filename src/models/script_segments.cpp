@@ -169,6 +169,63 @@ void fold_settings(torch::jit::Block* block, const torch::jit::Module& script, c
   }
 }
 
+// Drops the casts a type refinement left where the type is already known (DenseNet's layer takes
+// a Tensor or a list of them): each is an alias that would keep a list from being rebuilt.
+void drop_redundant_casts(torch::jit::Block* block) {
+  for (auto it = block->nodes().begin(); it != block->nodes().end();) {
+    Node* node = *it++;
+    for (torch::jit::Block* inner : node->blocks()) drop_redundant_casts(inner);
+    if (node->kind() == c10::prim::unchecked_cast && node->input()->type()->isSubtypeOf(*node->output()->type())) {
+      node->output()->replaceAllUsesWith(node->input());
+      node->destroy();
+    }
+  }
+}
+
+// Whether a list made by `construct` is only read, or grown by appends in the forward's own block
+// whose results nothing uses.
+bool grown_by_appends_only(const Node* construct) {
+  const Value* list = construct->output();
+  for (const torch::jit::Use& use : list->uses()) {
+    const Node* user = use.user;
+    if (user->kind() == c10::aten::append) {
+      if (use.offset != 0 || user->owningBlock() != construct->owningBlock() || user->output()->hasUses()) return false;
+      continue;
+    }
+    const c10::FunctionSchema* schema = user->maybeSchema();
+    if (!schema || use.offset >= schema->arguments().size()) return false;
+    const c10::AliasInfo* alias = schema->arguments()[use.offset].alias_info();
+    if ((alias && alias->isWrite()) || user->outputs().size() != 1 || user->output()->type()->cast<c10::ListType>()) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// A list of tensors grown by appends (DenseNet's `features.append(new_features)`) becomes one
+// list construction per state, each read reading the state it sees, so that a piece can build
+// the list it reads from the tensors it receives.
+void unroll_list_appends(torch::jit::Block* block) {
+  for (Node* node : block->nodes()) {
+    if (node->kind() != c10::prim::ListConstruct || !grown_by_appends_only(node)) continue;
+    Value* current = node->output();
+    for (Node* next = node->next(); next != block->return_node(); next = next->next()) {
+      if (next->kind() != c10::aten::append || next->input(0) != current) continue;
+      std::vector<Value*> elements(current->node()->inputs().begin(), current->node()->inputs().end());
+      elements.push_back(next->input(1));
+      const auto element_type = current->type()->expectRef<c10::ListType>().getElementType();
+      Node* grown = block->owningGraph()->createList(element_type, elements)->insertAfter(next);
+      const std::vector<torch::jit::Use> uses = current->uses();
+      for (const torch::jit::Use& use : uses) {
+        if (use.user != next && !use.user->isBefore(next)) use.user->replaceInput(use.offset, grown->output());
+      }
+      next->destroy();
+      current = grown->output();
+      next = grown;
+    }
+  }
+}
+
 // The forward's graph as the cutter reads it: every call but those of weight layers inlined,
 // settings folded (with the code they rule out), every random draw from the unit generator.
 std::shared_ptr<Graph> cuttable_forward(const torch::jit::Module& script, const std::string& file) {
@@ -179,6 +236,11 @@ std::shared_ptr<Graph> cuttable_forward(const torch::jit::Module& script, const 
   fold_settings(graph->block(), script, graph->inputs()[0], assigned);
   try {
     torch::jit::ConstantPropagation(graph);
+    torch::jit::EliminateDeadCode(graph);
+    // A list grown by append (DenseNet's features) becomes one list construction per state, so
+    // that a piece can build the list it reads from the tensors it receives.
+    drop_redundant_casts(graph->block());
+    unroll_list_appends(graph->block());
     torch::jit::EliminateDeadCode(graph);
   } catch (const c10::Error& e) {
     throw UsageError(c10::str(file, ": the forward's constants cannot be folded: ", e.what_without_backtrace()));
@@ -198,7 +260,8 @@ struct Piece {
 
 class Segmenter {
  public:
-  Segmenter(std::shared_ptr<Graph> graph, std::string file) : graph_(std::move(graph)), file_(std::move(file)) {
+  Segmenter(std::shared_ptr<Graph> graph, std::string file)
+      : graph_(std::move(graph)), file_(std::move(file)), aliases_(graph_) {
     self_ = graph_->inputs()[0];
     SP_CHECK_ARG(graph_->inputs().size() == 2, file_, ": forward takes ", graph_->inputs().size() - 1,
                  " inputs; a network stalepipe trains takes one tensor");
@@ -217,7 +280,7 @@ class Segmenter {
   void split_at_weight_layers() {
     pieces_.emplace_back();
     for (Node* node : graph_->nodes()) {
-      if (node->outputs().size() == 1 && recomputable(node->output(), self_)) continue;
+      if (node->outputs().size() == 1 && (recomputable(node->output(), self_) || rebuildable(node->output()))) continue;
       std::vector<const Node*> layers;
       weight_calls(node, layers);
       if (!layers.empty() && pieces_.back().weight_layers > 0) pieces_.emplace_back();
@@ -236,11 +299,27 @@ class Segmenter {
     return it == piece_of_.end() ? -2 : it->second;  // -2: recomputable
   }
 
+  // A list or tuple construction that nothing writes into: a piece that reads it builds it again
+  // from its elements, which are what crosses the registers.
+  bool rebuildable(const Value* v) const {
+    const auto kind = v->node()->kind();
+    return (kind == c10::prim::ListConstruct || kind == c10::prim::TupleConstruct) && !aliases_.hasWriters(v);
+  }
+
+  void add_read(Value* v, std::vector<Value*>& out) const {
+    if (!rebuildable(v) || recomputable(v, self_)) {
+      out.push_back(v);
+      return;
+    }
+    for (Value* element : v->node()->inputs()) add_read(element, out);
+  }
+
   // The values piece p reads from earlier pieces (or the input), in the order it first reads them.
   std::vector<Value*> reads(size_t p) const {
-    std::vector<Value*> all, out;
-    for (Node* node : pieces_[p].nodes) outside_inputs(node, node, all);
-    if (p + 1 == pieces_.size()) all.push_back(graph_->outputs()[0]);
+    std::vector<Value*> direct, all, out;
+    for (Node* node : pieces_[p].nodes) outside_inputs(node, node, direct);
+    if (p + 1 == pieces_.size()) direct.push_back(graph_->outputs()[0]);
+    for (Value* v : direct) add_read(v, all);
     for (Value* v : all) {
       const int from = producer(v);
       if (from != -2 && from < static_cast<int>(p) && std::find(out.begin(), out.end(), v) == out.end()) out.push_back(v);
@@ -269,8 +348,13 @@ class Segmenter {
     }
   }
 
+  // A value read by several later pieces goes from each reader to the next (a relay), so that
+  // it crosses each register once and its gradients add up in the order autograd adds them in
+  // the whole forward: later readers' first.
   void route_values() {
     pieces_[0].main_in = graph_->inputs()[1];
+    std::map<Value*, int> holder;  // the last piece that received a value: it hands it on
+    holder[graph_->inputs()[1]] = 0;
     for (size_t p = 0; p < pieces_.size(); ++p) {
       for (Value* v : reads(p)) {
         const int from = producer(v);
@@ -280,12 +364,16 @@ class Segmenter {
         if (p > 0 && !pieces_[p].main_in && from == static_cast<int>(p) - 1) {
           pieces_[p].main_in = v;
           pieces_[p - 1].main_out = v;
+          holder[v] = static_cast<int>(p);
           continue;
         }
         if (v == pieces_[p].main_in) continue;
+        const auto held = holder.find(v);
+        const int giver = held == holder.end() ? from : held->second;
         const std::string name = flat_name(c10::str("s", skips_++, "_", v->debugName()));
-        pieces_[std::max(from, 0)].stashes.emplace_back(name, v);
+        pieces_[giver].stashes.emplace_back(name, v);
         pieces_[p].pops.emplace_back(name, v);
+        holder[v] = static_cast<int>(p);
       }
     }
     pieces_.back().main_out = graph_->outputs()[0];
@@ -293,6 +381,7 @@ class Segmenter {
 
   std::shared_ptr<Graph> graph_;
   std::string file_;
+  torch::jit::AliasDb aliases_;
   Value* self_ = nullptr;
   std::vector<Piece> pieces_;
   std::map<Value*, int> piece_of_;
@@ -361,7 +450,7 @@ std::shared_ptr<Graph> piece_graph(Graph& whole, const Piece& piece) {
   for (const auto& [name, v] : piece.pops) map[v] = graph->addInput(name);
   std::function<Value*(Value*)> value_of = [&](Value* v) -> Value* {
     if (const auto it = map.find(v); it != map.end()) return it->second;
-    Node* copy = graph->insertNode(graph->createClone(v->node(), value_of));  // a recomputable value
+    Node* copy = graph->insertNode(graph->createClone(v->node(), value_of));  // recomputable, or a list rebuilt
     for (size_t i = 0; i < copy->outputs().size(); ++i) map[v->node()->output(i)] = copy->output(i);
     return map.at(v);
   };

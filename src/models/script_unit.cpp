@@ -2,7 +2,7 @@
 
 #include <ATen/core/dispatch/Dispatcher.h>
 
-#include <torch/csrc/autograd/profiler_legacy.h>
+#include <ATen/record_function.h>
 #include <torch/csrc/jit/ir/alias_analysis.h>
 #include <torch/csrc/jit/passes/inliner.h>
 
@@ -11,8 +11,6 @@
 
 namespace stalepipe::models::detail {
 namespace {
-
-namespace profiler = torch::autograd::profiler;
 
 // Whether an operation draws random numbers is read from its registration, not from its name:
 // every native ATen operator that takes a Generator or draws from the global one carries the
@@ -71,11 +69,74 @@ std::optional<RandomOp> block_random_op(torch::jit::Block* block) {
   return std::nullopt;
 }
 
-// The ops whose FLOPs the profiler computes and the zoo counts too (conv and matrix products;
-// not the elementwise mul/add it also reports).
-bool counted_op(const std::string& name) {
-  return name == "aten::conv2d" || name == "aten::mm" || name == "aten::addmm" ||
-         name == "aten::bmm" || name == "aten::baddbmm";
+// FLOPs (2 per multiply-add) of the convolutions and matrix products a forward runs, counted
+// from each operation's real arguments by a RecordFunction callback on the counting thread. Only
+// the outermost counted operation counts: aten::linear runs aten::addmm, which is not counted
+// again.
+struct FlopCount {
+  double flops = 0;
+  int depth = 0;  // counted operations running
+};
+thread_local FlopCount* flop_count = nullptr;
+
+enum class Product { kNone, kConvolution, kLinear, kMatrix };
+
+Product product_of(const char* name) {
+  const std::string op = name;
+  if (op == "aten::convolution" || op == "aten::_convolution") return Product::kConvolution;
+  if (op == "aten::linear") return Product::kLinear;
+  for (const char* matrix : {"aten::matmul", "aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm",
+                             "aten::addbmm", "aten::mv", "aten::addmv"}) {
+    if (op == matrix) return Product::kMatrix;
+  }
+  return Product::kNone;
+}
+
+struct CountedOp final : at::ObserverContext {
+  Product product = Product::kNone;
+  bool outermost = false;
+};
+
+std::unique_ptr<at::ObserverContext> on_op_start(const at::RecordFunction& fn) {
+  auto op = std::make_unique<CountedOp>();
+  op->product = product_of(fn.name());
+  if (flop_count && op->product != Product::kNone) op->outermost = flop_count->depth++ == 0;
+  return op;
+}
+
+// Multiply-adds of one counted operation: each output element of a convolution takes
+// weight.numel() / weight.size(0) of them (C_in/groups x kernel), each input element of a
+// transposed one as many; each output element of a matrix product the contracted length.
+double multiply_adds(Product product, const at::RecordFunction& fn) {
+  const auto inputs = fn.inputs();
+  const auto outputs = fn.outputs();
+  if (outputs.empty() || !outputs[0].isTensor()) return 0;
+  const auto out = outputs[0].toTensor();
+  auto tensor = [&](size_t i) { return i < inputs.size() && inputs[i].isTensor() ? inputs[i].toTensor() : at::Tensor(); };
+  if (product == Product::kConvolution) {
+    const auto weight = tensor(1);
+    if (!weight.defined() || weight.dim() == 0) return 0;
+    const bool transposed = inputs.size() > 6 && inputs[6].isBool() && inputs[6].toBool();
+    const double per_element = static_cast<double>(weight.numel() / weight.size(0));
+    return per_element * static_cast<double>(transposed ? tensor(0).numel() : out.numel());
+  }
+  if (product == Product::kLinear) {
+    const auto weight = tensor(1);
+    return weight.defined() && weight.dim() == 2 ? static_cast<double>(out.numel() * weight.size(1)) : 0;
+  }
+  // The first matrix operand: mm/matmul/bmm/mv (a, b), the add forms (c, a, b).
+  const std::string op = fn.name();
+  const auto a = tensor(op.rfind("aten::add", 0) == 0 || op == "aten::baddbmm" ? 1 : 0);
+  if (!a.defined() || a.dim() == 0) return 0;
+  const double k = static_cast<double>(a.size(-1));
+  return k * static_cast<double>(op == "aten::addbmm" ? out.numel() * a.size(0) : out.numel());
+}
+
+void on_op_end(const at::RecordFunction& fn, at::ObserverContext* context) {
+  const auto* op = static_cast<const CountedOp*>(context);
+  if (!flop_count || !op || op->product == Product::kNone) return;
+  --flop_count->depth;
+  if (op->outermost) flop_count->flops += 2 * multiply_adds(op->product, fn);
 }
 
 // The inlined forward graph of `module` (calls of submodules' methods replaced by their code);
@@ -123,24 +184,21 @@ std::string flat_name(std::string name) {
 
 double profiled_flops(const std::function<void()>& run) {
   torch::NoGradGuard no_grad;
-  profiler::enableProfilerLegacy(profiler::ProfilerConfig(profiler::ProfilerState::CPU,
-                                                          /*report_input_shapes=*/true,
-                                                          /*profile_memory=*/false,
-                                                          /*with_stack=*/false,
-                                                          /*with_flops=*/true));
+  FlopCount count;
+  flop_count = &count;
+  const at::CallbackHandle handle = at::addThreadLocalCallback(
+      at::RecordFunctionCallback(&on_op_start, &on_op_end).needsInputs(true).needsOutputs(true).scopes(
+          {at::RecordScope::FUNCTION}));
   try {
     run();
   } catch (...) {
-    profiler::disableProfilerLegacy();
+    at::removeCallback(handle);
+    flop_count = nullptr;
     throw;
   }
-  double flops = 0;
-  for (auto& events : profiler::disableProfilerLegacy()) {
-    for (auto& event : events) {
-      if (counted_op(event.name())) flops += static_cast<double>(event.flops());
-    }
-  }
-  return flops;
+  at::removeCallback(handle);
+  flop_count = nullptr;
+  return count.flops;
 }
 
 std::string script_error_cause(const std::exception& e) {
@@ -150,6 +208,7 @@ std::string script_error_cause(const std::exception& e) {
     text.erase(text.find_last_not_of(" \n") + 1);
     return text.substr(text.rfind('\n') + 1);
   }
+  text.erase(0, std::min(text.find_first_not_of(" \n"), text.size()));  // the compiler's start with a newline
   text = text.substr(0, text.find('\n'));
   // The archive reader's checks read "[enforce fail at inline_container.cc:165] . <cause>".
   const std::string enforce = "[enforce fail at ";

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include <caffe2/serialize/inline_container.h>
+#include <torch/version.h>
 
 #include "stalepipe/common/error.h"
 #include "stalepipe/models/dropout.h"
@@ -87,6 +88,15 @@ torch::nn::AnyModule to_unit_module(const torch::jit::Module& module, const std:
   return torch::nn::AnyModule(detail::ScriptUnit(module));
 }
 
+// PyTorch 2 writes a `byteorder` record into every archive; 1.13 never does.
+bool written_by_newer_pytorch(const std::string& path) {
+  try {
+    return caffe2::serialize::PyTorchStreamReader(path).hasRecord("byteorder");
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
 // torch.save writes the same zip archive as torch.jit.save, with the pickled data but without
 // the code and constants: the user's mistake (a state dict, a pickled module), not damage.
 bool is_torch_save_archive(const std::string& path) {
@@ -110,7 +120,13 @@ torch::jit::Module read_script(const std::string& path) {
     SP_CHECK_ARG(!is_torch_save_archive(path), path,
                  ": holds data saved with torch.save (a state dict, a tensor or a pickled "
                  "module), not a TorchScript module; save torch.jit.script(net) with torch.jit.save");
-    throw RuntimeError(c10::str(path, ": not a TorchScript module PyTorch 1.13 can read (",
+    const std::string reader = c10::str("LibTorch ", TORCH_VERSION_MAJOR, ".", TORCH_VERSION_MINOR);
+    SP_CHECK_ARG(!written_by_newer_pytorch(path), path, ": saved by a PyTorch newer than the ", reader,
+                 " that reads it (the archive has PyTorch 2's byteorder record), with code ", reader,
+                 " cannot run (", detail::script_error_cause(e), "); script and save the network with the PyTorch of ",
+                 reader, ", or build stalepipe against the newer PyTorch's "
+                 "LibTorch (docs/performance.md)");
+    throw RuntimeError(c10::str(path, ": not a TorchScript module ", reader, " can read (",
                                 detail::script_error_cause(e), ")"));
   }
   detail::check_record_crcs(path);

@@ -4,7 +4,7 @@
 #include <chrono>
 
 #include "stalepipe/common/error.h"
-#include "train/run_data.h"
+#include "stalepipe/train/run_data.h"
 
 namespace stalepipe::perf {
 

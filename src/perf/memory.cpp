@@ -172,9 +172,13 @@ std::vector<int64_t> measure_partition_peaks(const MemoryOptions& o, const std::
         auto model = models::make_model(o.training.run().model(), input_shape(o));
         const auto plan = partition::make_plan(model, ppv, o.training.pipeline().recompute(), field_name(Field::ppv), field_name(Field::recompute));
         exec::StageUnits units = exec::stage_units(model, plan, k);
-        stage = std::make_unique<exec::Stage>(k, K, units.module, torch::kCPU, sgd_options(OptimizerOptions(), 0),
-                                              exec::Objective{}, o.training.run().seed(), format,
-                                              plan.recomputed_units(k), std::move(units.skips));
+        stage = std::make_unique<exec::Stage>(units.module, exec::StageOptions(k, K)
+                                                                .sgd(sgd_options(OptimizerOptions(), 0))
+                                                                .seed(o.training.run().seed())
+                                                                .first_unit(plan.unit_ranges.at(k).first)
+                                                                .memory_format(format)
+                                                                .recompute_units(plan.recomputed_units(k))
+                                                                .skips(std::move(units.skips)));
       }
       stage->begin_segment(schedule, [](int64_t) { return 0.01; });
       const int64_t batch = o.training.data().batch_size();

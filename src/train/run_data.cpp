@@ -1,4 +1,4 @@
-#include "run_data.h"
+#include "stalepipe/train/run_data.h"
 
 #include <algorithm>
 #include <filesystem>

@@ -11,14 +11,14 @@
 #include <nlohmann/json.hpp>
 
 #include "model_file.h"
-#include "run_data.h"
+#include "stalepipe/train/run_data.h"
 #include "stalepipe/api/pipeline_trainer.h"
 #include "stalepipe/train/time_to_target.h"
 
 namespace stalepipe::train {
 
 // The options, and where a model file is trained, its absolute path and digest (model_file.h).
-// With an image folder, its absolute path and fingerprint (run_data.h).
+// With an image folder, its absolute path and fingerprint (train/run_data.h).
 void write_config(const std::string& run_dir, const Options& options, const std::optional<ModelFile>& model_file,
                   const std::optional<DataFolder>& folder);
 // metrics.jsonl starts empty.

@@ -7,7 +7,7 @@
 #include <optional>
 
 #include "model_file.h"
-#include "run_data.h"
+#include "stalepipe/train/run_data.h"
 #include "run_files.h"
 #include "run_lock.h"
 #include "common/json_file_impl.h"

@@ -15,10 +15,12 @@
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
+#include <torch/version.h>
 
 #include "stalepipe/api/option_fields.h"
 #include "stalepipe/api/pipeline_trainer.h"
 #include "stalepipe/models/zoo.h"
+#include "stalepipe/stalepipe.h"
 #include "support/cli.h"
 #include "support/data_files.h"
 #include "support/temp_dir.h"
@@ -31,6 +33,14 @@ namespace fs = std::filesystem;
 const std::vector<std::string> kSmallRun = {"train", "--data", "synthetic:256", "--batch-size", "16",
                                             "--epochs", "2", "--pipeline", "2", "--threads", "2",
                                             "--checkpoint-every", "4", "--progress", "none"};
+
+TEST(Cli, VersionNamesTheReleaseAndTheLibTorch) {
+  const CliResult r = run_cli({"--version"});
+  EXPECT_EQ(r.status, 0) << r.err;
+  const std::string release = c10::str("stalepipe ", STALEPIPE_VERSION_MAJOR, ".", STALEPIPE_VERSION_MINOR, ".",
+                                       STALEPIPE_VERSION_PATCH, " (LibTorch ", TORCH_VERSION, ")");
+  EXPECT_EQ(r.out.substr(0, r.out.find('\n')), release);
+}
 
 TEST(Cli, UsageErrorsExitTwo) {
   expect_one_line_error(run_cli(with(kSmallRun, {"--batch-size", "0"})), 2, "--batch-size must be >= 1, got 0");

@@ -19,6 +19,8 @@ struct OptionField {
   std::string name;                      // "ppv"
   std::string key;                       // config.json: "pipeline"
   std::vector<std::string> legacy_keys;  // read when `key` is missing: "channels_last"
+  HashRule hash = HashRule::kUnlessDefault;  // in a run's hash (options.h)
+  std::string flag;                      // the CLI's: "--pipeline"; "" for none
   std::string help;                      // names other fields as "Part::field"
   // Stored as text the CLI takes too (a PPV, an enum's name, devices, a training point, a
   // loss): `write` gives a string and `read` parses one.
@@ -39,7 +41,8 @@ template <typename F>
 void for_each_option_field(Options& options, F&& f) {
   const auto& fields = option_fields();
   size_t i = 0;
-#define SP_VISIT_FIELD(part, type, name, default_value, key, codec, help) f(fields[i++], options.part().name());
+#define SP_VISIT_FIELD(part, type, name, default_value, key, codec, hash, flag, help) \
+  f(fields[i++], options.part().name());
 #define SP_VISIT_DATA(...) SP_VISIT_FIELD(data, __VA_ARGS__)
 #define SP_VISIT_PIPELINE(...) SP_VISIT_FIELD(pipeline, __VA_ARGS__)
 #define SP_VISIT_OPTIMIZER(...) SP_VISIT_FIELD(optimizer, __VA_ARGS__)

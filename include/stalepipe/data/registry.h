@@ -54,6 +54,9 @@ SourceSplit load_sources(const std::string& spec, const FolderOptions& folder = 
 
 // The valid names, in the order the help text lists them.
 std::vector<std::string> dataset_names();
+// Each name with what follows it, for help texts: "fashion-mnist[:DIR] | mnist:DIR | ... |
+// synthetic[:N] | ...".
+std::string dataset_choices();
 
 }  // namespace data
 }  // namespace stalepipe

@@ -44,10 +44,12 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include <torch/arg.h>
 #include <torch/nn/modules/container/sequential.h>
 #include <torch/types.h>
 
@@ -106,26 +108,43 @@ struct GraphSettings {
   std::string option = "cuda_graphs";
 };
 
+// How a partition runs. Everything but its place in the pipeline has a default.
+struct StageOptions {
+  StageOptions(int index, int num_stages) : index_(index), num_stages_(num_stages) {}
+  // 0-based partition number, of num_stages.
+  TORCH_ARG(int, index);
+  TORCH_ARG(int, num_stages);
+  TORCH_ARG(torch::Device, device) = torch::kCPU;
+  TORCH_ARG(optim::SgdOptions, sgd);
+  // Used by the last stage only.
+  TORCH_ARG(Objective, objective);
+  // The run's seed, and the model's index of the module's first unit: unit u's forward of
+  // (step, micro) draws its random numbers (models/dropout.h) from a generator seeded from
+  // (seed, first_unit + u, step, micro), so they depend neither on the executor nor on where
+  // the registers are.
+  TORCH_ARG(uint64_t, seed) = 0;
+  TORCH_ARG(size_t, first_unit) = 0;
+  // The layout of the module's 4-D weights and of the 4-D inputs it takes
+  // (models/memory_format.h); an input that arrives in another layout is converted once.
+  TORCH_ARG(torch::MemoryFormat, memory_format) = torch::MemoryFormat::Contiguous;
+  // The module's first units whose activations backward recomputes (above); at most the
+  // module's size.
+  TORCH_ARG(size_t, recompute_units) = 0;
+  // Each unit's skip tensors (empty: a chain). A name popped here and stashed in no earlier
+  // unit of the module is a skip input, a name stashed here and popped by no later unit of it a
+  // skip output.
+  TORCH_ARG(std::vector<models::Skips>, skips);
+  // kBf16 runs the units' forwards (and their recomputation, and predict) under autocast on the
+  // device (exec/precision.h); the last stage's loss and metric read its output in fp32. The
+  // process-wide TF32 switches are the caller's (exec::Pipeline sets them).
+  TORCH_ARG(Precision, precision) = Precision::kFp32;
+};
+
 class Stage {
  public:
-  // index: 0-based partition number; module: the partition's units in order (already built
-  // and initialised); the module is moved to `device`. `objective` is used by the last stage
-  // only. seed: the run's seed; every forward draws its random numbers (models/dropout.h) from
-  // a generator seeded from (seed, index, step, micro), so they do not depend on the executor.
-  // memory_format: the layout of the module's 4-D weights and of the 4-D inputs it takes
-  // (models/memory_format.h); an input that arrives in another layout is converted once.
-  // recompute_units: the module's first units whose activations backward recomputes (above);
-  // at most the module's size. skips: each unit's skip tensors (empty: a chain); a name
-  // popped here and stashed in no earlier unit of the module is a skip input, a name stashed
-  // here and popped by no later unit of it a skip output. precision: kBf16 runs the units'
-  // forwards (and their recomputation, and predict) under autocast on `device`
-  // (exec/precision.h); the last stage's loss and metric read its output in fp32. The
-  // process-wide TF32 switches are the caller's (exec::Pipeline sets them).
-  Stage(int index, int num_stages, torch::nn::Sequential module, torch::Device device,
-        optim::SgdOptions sgd, Objective objective = {}, uint64_t seed = 0,
-        torch::MemoryFormat memory_format = torch::MemoryFormat::Contiguous,
-        size_t recompute_units = 0, std::vector<models::Skips> skips = {},
-        Precision precision = Precision::kFp32);
+  // module: the partition's units in order (already built and initialised); it is moved to
+  // options.device().
+  Stage(torch::nn::Sequential module, StageOptions options);
   ~Stage();
   Stage(const Stage&) = delete;
   Stage& operator=(const Stage&) = delete;
@@ -235,11 +254,13 @@ class Stage {
   // The skip inputs by name.
   models::SkipTable input_table(const std::vector<torch::Tensor>& skips) const;
   Pending& pending(int64_t step, int micro, const char* what);
-  // Units [first, last) of the module on x (on a copy where unit `first` writes into its input).
-  torch::Tensor run_units(size_t first, size_t last, torch::Tensor x, models::SkipTable& table);
+  // Units [first, last) of the module on x (on a copy where unit `first` writes into its input);
+  // in training, `pass` (step, micro) seeds each unit's random draws (StageOptions::seed).
+  torch::Tensor run_units(size_t first, size_t last, torch::Tensor x, models::SkipTable& table,
+                          std::optional<Key> pass);
   // Recomputation: the recomputed units' forward again, then their backward from the gradients
-  // the rest of the stage's backward left in p.head_output and p.head_stashes.
-  void recompute_backward(int64_t step, int micro, Pending& p);
+  // the rest of the stage's backward handed p.head_output and p.head_stashes (in that order).
+  void recompute_backward(int64_t step, int micro, Pending& p, std::vector<torch::Tensor> grads);
   // compute_forward()'s units, under the forward's random numbers and autocast (bf16): the
   // output; fills p.skip_outputs and, with recomputation, p.head_output and p.head_stashes.
   torch::Tensor forward_units(int64_t step, int micro, Pending& p);
@@ -283,6 +304,7 @@ class Stage {
   std::unique_ptr<optim::Sgd> optimizer_;
   Objective objective_;
   uint64_t seed_;
+  size_t first_unit_;
   torch::MemoryFormat memory_format_;
   Precision precision_;
   std::map<Key, Pending> in_flight_;

@@ -4,9 +4,9 @@
 // run forwards at the same time on different threads, so which worker draws first would
 // decide every mask, and two identical runs would differ. stalepipe's dropout draws from the
 // calling thread's *unit generator* instead: inside a pipeline, exec::Stage installs, around
-// the forward of partition k for mini-batch t (micro-batch m), a generator seeded from
-// (the run's seed, k, t, m), so the masks are the same whichever executor runs the forward,
-// on whatever thread, and after any resume. The backward reuses the forward's mask (autograd
+// the forward of the model's unit u for mini-batch t (micro-batch m), a generator seeded from
+// (the run's seed, u, t, m), so the masks are the same whichever executor runs the forward,
+// on whatever thread, wherever the registers are, and after any resume. The backward reuses the forward's mask (autograd
 // keeps it). Outside such a scope (your own loop, a unit test) the unit generator is
 // LibTorch's default CPU generator, as for torch::nn::Dropout.
 //

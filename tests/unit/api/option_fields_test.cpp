@@ -15,6 +15,8 @@
 #include "stalepipe/api/option_fields.h"
 #include "stalepipe/api/options_json.h"
 #include "stalepipe/common/error.h"
+#include "stalepipe/data/registry.h"
+#include "stalepipe/models/zoo.h"
 #include "support/error_of.h"
 
 namespace stalepipe {
@@ -149,6 +151,37 @@ TEST(OptionFields, ARunDirectoryOfVersion030ReadsAsItRanAndKeepsItsHash) {
     EXPECT_EQ(value, file.contains(key) ? file.at(key) : defaults.at(key)) << key;
   }
   EXPECT_EQ(config_hash(o), "455cfb1ba5205d46");
+}
+
+// The hash rule and the flag are columns of the table: what stays out of the hash is pinned
+// here, so that moving a field in or out is a decision a test shows (it changes finished
+// runs' hashes, and sweeps would train them again).
+TEST(OptionFields, HashRulesAndFlagsAreTheTables) {
+  std::set<std::string> never, flags;
+  for (const OptionField& f : option_fields()) {
+    if (f.hash == HashRule::kNever) never.insert(f.key);
+    if (f.flag.empty()) {
+      EXPECT_EQ(f.field, Field::segment_steps) << "only feed's segment length has no flag";
+      continue;
+    }
+    EXPECT_TRUE(flags.insert(f.flag).second) << f.flag << " twice";
+    EXPECT_TRUE(std::regex_match(f.flag, std::regex("--[a-z0-9]+(-[a-z0-9]+)*"))) << f.flag;
+  }
+  EXPECT_EQ(never, (std::set<std::string>{"out", "progress", "executor", "threads", "devices", "trace", "stop_at_step",
+                                          "profile_batch", "targets", "recompute", "data_threads", "cache_images",
+                                          "cuda_graphs"}));
+  EXPECT_EQ(option_field(Field::ppv).flag, "--pipeline");  // the paper's name for a PPV's registers
+  EXPECT_EQ(option_field(Field::dataset).flag, "--data");
+}
+
+// The help of a list-valued field lists what its registry parses: nothing to keep in step.
+TEST(OptionFields, HelpListsEveryModelAndDataSetTheRegistriesKnow) {
+  for (const std::string& name : models::model_names()) {
+    EXPECT_NE(option_field(Field::model).help.find(name), std::string::npos) << name;
+  }
+  for (const std::string& name : data::dataset_names()) {
+    EXPECT_NE(option_field(Field::dataset).help.find(name), std::string::npos) << name;
+  }
 }
 
 TEST(OptionFields, CheckOptionsNamesFieldsAsTheRegistryDoes) {

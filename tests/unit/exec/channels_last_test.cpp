@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "stalepipe/exec/pipeline.h"
+#include "stalepipe/exec/stage.h"
 #include "stalepipe/models/blocks.h"
 #include "stalepipe/models/memory_format.h"
 #include "stalepipe/models/zoo.h"
@@ -46,6 +47,23 @@ TEST(ChannelsLast, RegistersAndTheGradientsSentBackStayChannelsLast) {
   for (const auto& p : pipeline.stage(0).module()->parameters()) {
     if (p.dim() == 4) EXPECT_TRUE(p.grad().is_contiguous(kChannelsLast)) << p.sizes();
   }
+}
+
+// A register hands back its input's gradient as autograd made it: in an NCHW pipeline, a
+// partition whose first operation works on a channels-last copy of its input sends back a
+// channels-last gradient, as the uncut network would hand the partition before, not the
+// contiguous copy of it that the input leaf's .grad holds.
+TEST(ChannelsLast, AGradientGoesBackInTheLayoutAutogradMadeIt) {
+  torch::nn::Sequential module;
+  module->push_back("nhwc_scale", torch::nn::Functional([](const torch::Tensor& x) {
+    return x.permute({0, 2, 3, 1}).contiguous().mul(2);  // [N, H, W, C], as a transformer block reads it
+  }));
+  module->push_back("flatten", torch::nn::Flatten());
+  Stage last(module, StageOptions(1, 2));
+  const torch::Tensor x = torch::randn({2, 3, 4, 4});
+  last.forward_loss(0, x, torch::randint(3, {2}, torch::kLong));
+  const torch::Tensor grad = last.backward(0, torch::Tensor());
+  EXPECT_TRUE(strictly_channels_last(grad)) << grad.sizes() << " strides " << grad.strides();
 }
 
 // oneDNN takes a convolution's layout from its weight's and input's strides; with both

@@ -154,8 +154,7 @@ TEST(Graphs, ASwitchToOtherMicroBatchesCapturesAnew) {
 }
 
 exec::Stage small_stage(torch::nn::Sequential module, size_t recompute_units = 0) {
-  return exec::Stage(0, 1, std::move(module), torch::kCPU, optim::SgdOptions(), {}, 0,
-                     torch::MemoryFormat::Contiguous, recompute_units);
+  return exec::Stage(std::move(module), exec::StageOptions(0, 1).recompute_units(recompute_units));
 }
 
 exec::GraphSettings replay_settings(int64_t batch_size) {

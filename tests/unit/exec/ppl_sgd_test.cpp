@@ -116,7 +116,7 @@ std::vector<double> by_engine(const schedule::Schedule& s, const std::string& ex
     auto squared = [](const torch::Tensor& y, const torch::Tensor& target) {
       return 0.5 * (y - target).pow(2).sum();
     };
-    stages.push_back(std::make_unique<Stage>(k, 3, seq, torch::kCPU, sgd, Objective{Loss(squared, "squared")}));
+    stages.push_back(std::make_unique<Stage>(seq, StageOptions(k, 3).sgd(sgd).objective(Objective{Loss(squared, "squared")})));
     ptrs.push_back(stages.back().get());
   }
   make_executor(executor_from_name(executor))->run(s, ptrs, test::scalar::context());

@@ -102,10 +102,11 @@ torch::nn::Sequential flatten_linear() {
 }
 
 TEST(Precision, RegistersCarryBf16AndTheMasterWeightsStayFp32) {
-  exec::Stage first(0, 2, conv_relu(), torch::kCPU, optim::SgdOptions().momentum(0.9), {}, 1,
-                    torch::MemoryFormat::Contiguous, 0, {}, Precision::kBf16);
-  exec::Stage last(1, 2, flatten_linear(), torch::kCPU, optim::SgdOptions().momentum(0.9), {}, 1,
-                   torch::MemoryFormat::Contiguous, 0, {}, Precision::kBf16);
+  const auto options = [](int k) {
+    return exec::StageOptions(k, 2).sgd(optim::SgdOptions().momentum(0.9)).seed(1).precision(Precision::kBf16);
+  };
+  exec::Stage first(conv_relu(), options(0));
+  exec::Stage last(flatten_linear(), options(1));
   const torch::Tensor x = torch::randn({5, 2, 6, 6});
   const torch::Tensor y = torch::randint(0, 3, {5});
   const torch::Tensor activation = first.forward(0, x);
@@ -131,8 +132,7 @@ TEST(Precision, RegistersCarryBf16AndTheMasterWeightsStayFp32) {
 
 // The gradient of a stage's input when its weights change between forward and backward.
 torch::Tensor input_gradient(Precision precision, bool change_weights) {
-  exec::Stage stage(1, 3, conv_relu(), torch::kCPU, optim::SgdOptions(), {}, 1, torch::MemoryFormat::Contiguous, 0,
-                    {}, precision);
+  exec::Stage stage(conv_relu(), exec::StageOptions(1, 3).seed(1).precision(precision));
   torch::manual_seed(5);
   const torch::Tensor x = torch::randn({3, 2, 6, 6});
   const torch::Tensor out = stage.forward(0, x);

@@ -39,7 +39,7 @@ TinyPipeline tiny(int K, int failing = -1, int fail_at = -1) {
     seq->push_back(torch::nn::Linear(4, k == K - 1 ? 3 : 4));
     if (k != K - 1) seq->push_back(torch::nn::Tanh());
     if (k == failing) seq->push_back(std::make_shared<FailingImpl>(fail_at));
-    p.stages.push_back(std::make_unique<Stage>(k, K, seq, torch::kCPU, optim::SgdOptions()));
+    p.stages.push_back(std::make_unique<Stage>(seq, StageOptions(k, K)));
     p.ptrs.push_back(p.stages.back().get());
   }
   return p;

@@ -169,9 +169,10 @@ std::vector<double> by_engine(const schedule::Schedule& s, const std::string& ex
       seq->parameters()[0].fill_(kInitial[k]);
     }
     auto squared = [](const torch::Tensor& y, const torch::Tensor& target) { return 0.5 * (y - target).pow(2).sum(); };
-    stages.push_back(std::make_unique<Stage>(k, 3, seq, torch::kCPU, optim::SgdOptions().momentum(0).weight_decay(0),
-                                             Objective{Loss(squared, "squared")}, 0, torch::MemoryFormat::Contiguous, 0,
-                                             skips[k]));
+    stages.push_back(std::make_unique<Stage>(seq, StageOptions(k, 3)
+                                                      .sgd(optim::SgdOptions().momentum(0).weight_decay(0))
+                                                      .objective(Objective{Loss(squared, "squared")})
+                                                      .skips(skips[k])));
     ptrs.push_back(stages.back().get());
   }
   EXPECT_EQ(ptrs[0]->skip_outputs(), (std::vector<std::string>{"s"}));

@@ -93,6 +93,23 @@ torch::jit::Module raw_conv() {
              "    return self.fc.forward(torch.flatten(pool(h), 1))\n",
              {{"w", torch::randn({4, 4, 3, 3}) * 0.2}});
 }
+// c1's output read by the three later pieces, after their layers.
+torch::jit::Module shared_value() {
+  return net("SharedValue",
+             "    a = act(self.c1.forward(x))\n"
+             "    b = self.c2.forward(a) + a\n"
+             "    c = self.c3.forward(act(b)) + a\n"
+             "    return self.fc.forward(torch.flatten(pool(c), 1)) + a.mean()\n");
+}
+// DenseNet's block: a list of features that grows by appends, each sum of it read where the
+// next layer needs it.
+torch::jit::Module growing_list() {
+  return net("GrowingList",
+             "    features = [act(self.c1.forward(x))]\n"
+             "    features.append(act(self.c2.forward(torch.stack(features).sum(0))))\n"
+             "    features.append(self.c3.forward(torch.stack(features).sum(0)))\n"
+             "    return self.fc.forward(torch.flatten(pool(torch.stack(features).sum(0)), 1))\n");
+}
 // Drop-path on c2's branch and dropout after c3; after c1 two dropouts that never draw: one
 // with p = 0, one under a branch on a setting that rules it out (DenseNet's drop_rate 0).
 torch::jit::Module drawing() {
@@ -113,7 +130,7 @@ std::vector<torch::Tensor> trained(const std::string& file, std::vector<int> ppv
 }
 
 // The checks every forward here must pass; `cut` is the register that the sequential schedule
-// must not see (after the draws, whose seeds name their partition).
+// must not see.
 void expect_cut_trains_exactly(const torch::jit::Module& module, const std::vector<int>& cut) {
   test::TempDir dir;
   const std::string file = test::save_script(module, dir.file("net.pt"));
@@ -151,6 +168,32 @@ TEST(TorchScriptFunctional, AThreeWayConcatenationTrainsExactly) {
   expect_cut_trains_exactly(concatenation(), {2});
 }
 
+// c1's output goes to the pieces of c2, c3 and fc as one value handed on from each to the next,
+// so that it crosses the register once and its gradients add up in the whole forward's order.
+TEST(TorchScriptFunctional, AValueReadByThreeLaterPiecesCrossesARegisterOnce) {
+  test::TempDir dir;
+  const auto model = models::load_torchscript(test::save_script(shared_value(), dir.file("shared.pt")), kInput);
+  ASSERT_EQ(model.units.size(), 4u);
+  EXPECT_TRUE(model.units[0].skips.stashes.empty()) << "c2's piece receives c1's output as its input";
+  EXPECT_EQ(model.units[1].skips.stashes.size(), 1u) << "and hands it on";
+  EXPECT_EQ(model.units[2].skips.pops.size(), 1u);
+  EXPECT_EQ(model.units[2].skips.stashes.size(), 1u);
+  EXPECT_EQ(model.units[3].skips.pops.size(), 1u);
+  expect_cut_trains_exactly(shared_value(), {1});
+}
+
+// The list's states are built again where they are read, from the tensors that cross.
+TEST(TorchScriptFunctional, AListGrownByAppendsIsCutAndTrainsExactly) {
+  test::TempDir dir;
+  const auto model = models::load_torchscript(test::save_script(growing_list(), dir.file("list.pt")), kInput);
+  ASSERT_EQ(model.units.size(), 4u);
+  EXPECT_EQ(model.units[0].skips.stashes.size(), 1u) << "c1's output, beside the sum of the list";
+  EXPECT_EQ(model.units[1].skips.pops.size(), 1u);
+  EXPECT_EQ(model.units[1].skips.stashes.size(), 2u) << "c1's output handed on, and c2's";
+  EXPECT_EQ(model.units[2].skips.pops.size(), 2u);
+  expect_cut_trains_exactly(growing_list(), {1});
+}
+
 TEST(TorchScriptFunctional, ALayerScaleTrainsInThePieceThatReadsIt) {
   test::TempDir dir;
   const auto model = models::load_torchscript(test::save_script(layer_scale(), dir.file("scale.pt")), kInput);
@@ -170,7 +213,7 @@ TEST(TorchScriptFunctional, ARawConv2dWeightTrainsInThePieceThatReadsIt) {
   expect_cut_trains_exactly(raw_conv(), {2});
 }
 
-TEST(TorchScriptFunctional, DropPathAndDropoutDrawFromThePartitionsGenerator) {
+TEST(TorchScriptFunctional, DropPathAndDropoutDrawFromTheUnitsGenerator) {
   test::TempDir dir;
   const auto model = models::load_torchscript(test::save_script(drawing(), dir.file("draw.pt")), kInput);
   auto chain = model.as_sequential();
@@ -189,7 +232,30 @@ TEST(TorchScriptFunctional, DropPathAndDropoutDrawFromThePartitionsGenerator) {
   EXPECT_TRUE(draws(1)) << "drop-path";
   EXPECT_TRUE(draws(2)) << "dropout";
   EXPECT_FALSE(draws(3));
-  expect_cut_trains_exactly(drawing(), {3});
+  expect_cut_trains_exactly(drawing(), {1});  // the draws' seeds name their unit, not their partition
+}
+
+// Recomputation, channels-last and bf16 run the pieces as they run zoo units: recomputing the
+// first partition (with drop-path and dropout in it) trains exactly as keeping its activations.
+TEST(TorchScriptFunctional, RecomputeChannelsLastAndBf16TrainThePieces) {
+  test::TempDir dir;
+  const std::string file = test::save_script(drawing(), dir.file("draw.pt"));
+  auto options = [](auto change) {
+    Options o = test::script_options({2}, ScheduleKind::kStale, "threads");
+    change(o.pipeline());
+    return o;
+  };
+  const auto kept = test::train_script(file, kSteps, options([](PipelineOptions&) {}));
+  EXPECT_TRUE(test::all_equal(kept, test::train_script(file, kSteps, options([](PipelineOptions& p) { p.recompute(2); }))));
+  for (const Options& o : {options([](PipelineOptions& p) { p.layout(Layout::kChannelsLast); }),
+                           options([](PipelineOptions& p) { p.precision(exec::Precision::kBf16); })}) {
+    const auto trained = test::train_script(file, kSteps, o);
+    ASSERT_EQ(trained.size(), kept.size());
+    for (size_t i = 0; i < trained.size(); ++i) {
+      EXPECT_TRUE(torch::isfinite(trained[i]).all().item<bool>()) << i;
+      EXPECT_TRUE(torch::allclose(trained[i], kept[i], 0.05, 0.05)) << "tensor " << i << " trains as in fp32 NCHW";
+    }
+  }
 }
 
 TEST(TorchScriptFunctional, GraphsRefuseAPieceThatDraws) {
@@ -197,8 +263,7 @@ TEST(TorchScriptFunctional, GraphsRefuseAPieceThatDraws) {
   const auto model = models::load_torchscript(test::save_script(drawing(), dir.file("draw.pt")), kInput);
   std::vector<models::Skips> skips;
   for (const auto& unit : model.units) skips.push_back(unit.skips);
-  exec::Stage stage(0, 1, model.as_sequential(), torch::kCPU, optim::SgdOptions(), {}, 0,
-                    torch::MemoryFormat::Contiguous, 0, skips);
+  exec::Stage stage(model.as_sequential(), exec::StageOptions(0, 1).skips(skips));
   exec::GraphSettings settings;
   settings.mode = exec::GraphMode::kReplayForTests;
   const std::string error = error_of<UsageError>([&] { stage.use_graphs(settings); });

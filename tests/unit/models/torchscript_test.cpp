@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 #include <torch/script.h>
+#include <torch/version.h>
 
 #include "stalepipe/api/pipeline_trainer.h"
 #include "stalepipe/models/layer_table.h"
@@ -165,7 +166,8 @@ TEST(TorchScript, MissingGarbageAndTruncatedFiles) {
             std::string::npos);
   std::ofstream(dir.file("garbage.pt")) << "not a zip archive";
   const std::string garbage = error_of<RuntimeError>([&] { models::load_torchscript(dir.file("garbage.pt"), kInput); });
-  EXPECT_NE(garbage.find("garbage.pt: not a TorchScript module PyTorch 1.13 can read"), std::string::npos) << garbage;
+  const std::string reader = c10::str("LibTorch ", TORCH_VERSION_MAJOR, ".", TORCH_VERSION_MINOR);
+  EXPECT_NE(garbage.find("garbage.pt: not a TorchScript module " + reader + " can read"), std::string::npos) << garbage;
   EXPECT_EQ(garbage.find('\n'), std::string::npos) << garbage;
   {
     std::ifstream in(small_cnn_file(dir), std::ios::binary);
@@ -177,9 +179,22 @@ TEST(TorchScript, MissingGarbageAndTruncatedFiles) {
   EXPECT_EQ(truncated.find('\n'), std::string::npos) << truncated;
   const std::string future =
       error_of<RuntimeError>([&] { models::load_torchscript(test::save_future_archive(dir.file("future.pt")), kInput); });
-  EXPECT_NE(future.find("future.pt: not a TorchScript module PyTorch 1.13 can read (Attempted to read a PyTorch file with version 99"),
+  EXPECT_NE(future.find("future.pt: not a TorchScript module " + reader +
+                        " can read (Attempted to read a PyTorch file with version 99"),
             std::string::npos) << future;
   EXPECT_EQ(future.find('\n'), std::string::npos) << future;
+}
+
+// tests/fixtures/saved_by_pytorch_2_11.pt: torch.jit.script of a Linear after
+// F.scaled_dot_product_attention (an operator LibTorch 1.13 lacks), saved by PyTorch 2.11.
+TEST(TorchScript, AFileSavedByANewerPyTorchNamesBothVersions) {
+  if (TORCH_VERSION_MAJOR >= 2) GTEST_SKIP() << "LibTorch " << TORCH_VERSION << " reads the file";
+  const std::string file = STALEPIPE_SOURCE_DIR "/tests/fixtures/saved_by_pytorch_2_11.pt";
+  const std::string error = error_of<UsageError>([&] { models::load_torchscript(file, kInput); });
+  EXPECT_NE(error.find("saved_by_pytorch_2_11.pt: saved by a PyTorch newer than the LibTorch 1.13 that reads it"),
+            std::string::npos) << error;
+  EXPECT_NE(error.find("(Unknown builtin op: aten::scaled_dot_product_attention.)"), std::string::npos) << error;
+  EXPECT_EQ(error.find('\n'), std::string::npos) << error;
 }
 
 TEST(TorchScript, RefusesModulesItCannotTrainAsUnits) {
