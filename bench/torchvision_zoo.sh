@@ -127,6 +127,7 @@ for name in $families; do
   row=$(family_row "$name") || status=1
   echo "$row"
   rows+=("$row")
+  rm -rf "$work/runs/$name"  # VGG-11's checkpoints alone take gigabytes
 done
 if [[ -n $table ]]; then
   { echo "$header"; printf '%s\n' "${rows[@]}"; } > "$table"

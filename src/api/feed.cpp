@@ -4,13 +4,14 @@
 
 #include "stalepipe/api/pipeline_trainer.h"
 #include "trainer_impl.h"
+#include "trainer_workers_impl.h"
 
 namespace stalepipe {
 
 void PipelineTrainer::start_segment() {
   Feeder& f = *feeder_;
-  int64_t end = next_step_ + options_.pipeline().segment_steps();
-  if (info_.hybrid_switch_step > next_step_) end = std::min(end, info_.hybrid_switch_step);
+  int64_t end = progress_.next_step + options_.pipeline().segment_steps();
+  if (info().hybrid_switch_step > progress_.next_step) end = std::min(end, info().hybrid_switch_step);
   f.inputs.clear();
   f.end_of_input = f.aborted = f.done = false;
   f.error = nullptr;
@@ -34,15 +35,15 @@ void PipelineTrainer::start_segment() {
     f.aborted = true;
     f.changed.notify_all();
   };
-  const int64_t first = next_step_;
+  const int64_t first = progress_.next_step;
   check_segment(first, end);
   // The segment's outcome reaches the trainer only through f: join_segment records it on the
   // caller's thread.
   f.thread = std::thread([this, &f, first, end, context] {
     std::exception_ptr error;
-    SegmentRun run;
+    detail::SegmentRun run;
     try {
-      run = execute_segment(first, end, context);
+      run = workers_->execute(first, end, context, options_, lr_);
     } catch (...) {
       error = std::current_exception();
     }
@@ -80,7 +81,7 @@ std::optional<StepLoss> PipelineTrainer::feed(torch::Tensor x, torch::Tensor y) 
                x.defined() ? c10::str(x.sizes()) : "undefined", " and ",
                y.defined() ? c10::str(y.sizes()) : "undefined");
   Feeder& f = *feeder_;
-  if (f.thread.joinable() && next_step_ >= f.segment_end) join_segment();  // ended by itself
+  if (f.thread.joinable() && progress_.next_step >= f.segment_end) join_segment();  // ended by itself
   if (!f.thread.joinable()) start_segment();
   // Partition 1's stream reads x after what the caller's stream wrote into it.
   exec::Input in{std::move(x), std::move(y)};
@@ -90,9 +91,9 @@ std::optional<StepLoss> PipelineTrainer::feed(torch::Tensor x, torch::Tensor y) 
     f.inputs.push_back(std::move(in));
     f.changed.notify_all();
   }
-  ++next_step_;
-  if (next_step_ - returned_ <= info_.lag) return std::nullopt;
-  const int64_t want = returned_;
+  ++progress_.next_step;
+  if (progress_.next_step - progress_.returned <= info().lag) return std::nullopt;
+  const int64_t want = progress_.returned;
   std::unique_lock<std::mutex> lock(f.mutex);
   f.changed.wait(lock, [&] { return f.losses.count(want) || f.done; });
   auto it = f.losses.find(want);
@@ -103,7 +104,7 @@ std::optional<StepLoss> PipelineTrainer::feed(torch::Tensor x, torch::Tensor y) 
   }
   const StepLoss loss = it->second;
   f.losses.erase(it);
-  ++returned_;
+  ++progress_.returned;
   return loss;
 }
 
@@ -113,9 +114,9 @@ std::vector<StepLoss> PipelineTrainer::flush() {
   Feeder& f = *feeder_;
   std::vector<StepLoss> out;
   std::lock_guard<std::mutex> lock(f.mutex);
-  for (; returned_ < next_step_; ++returned_) {
-    auto it = f.losses.find(returned_);
-    SP_CHECK(it != f.losses.end(), "flush: the loss of mini-batch ", returned_,
+  for (; progress_.returned < progress_.next_step; ++progress_.returned) {
+    auto it = f.losses.find(progress_.returned);
+    SP_CHECK(it != f.losses.end(), "flush: the loss of mini-batch ", progress_.returned,
              " never came out of the pipeline");
     out.push_back(it->second);
     f.losses.erase(it);

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "stalepipe/api/pipeline_trainer.h"
+#include "trainer_workers_impl.h"
 
 namespace stalepipe {
 
@@ -35,7 +36,7 @@ struct PipelineTrainer::Feeder {
   bool aborted = false;       // a worker failed: release the input callback
   bool done = false;          // the segment thread has returned
   std::exception_ptr error;  // the segment's failure
-  SegmentRun run;             // the segment's schedule and result, without a failure
+  detail::SegmentRun run;     // the segment's schedule and result, without a failure
   std::map<int64_t, StepLoss> losses;  // arrived, not yet returned
   int64_t segment_end = 0;
   std::thread thread;

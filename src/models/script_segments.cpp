@@ -237,8 +237,7 @@ std::shared_ptr<Graph> cuttable_forward(const torch::jit::Module& script, const 
   try {
     torch::jit::ConstantPropagation(graph);
     torch::jit::EliminateDeadCode(graph);
-    // A list grown by append (DenseNet's features) becomes one list construction per state, so
-    // that a piece can build the list it reads from the tensors it receives.
+    // Once the settings' branches are gone, a list's appends are in the forward's own block.
     drop_redundant_casts(graph->block());
     unroll_list_appends(graph->block());
     torch::jit::EliminateDeadCode(graph);

@@ -73,6 +73,10 @@ struct CheckpointInfo;
 namespace stalepipe {
 
 struct Assembly;
+namespace detail {
+class TrainerWorkers;
+struct SegmentRun;
+}  // namespace detail
 
 using exec::StepLoss;
 
@@ -215,8 +219,8 @@ class PipelineTrainer {
   std::vector<StepLoss> flush();
   // flush(), then refuses further feed() (UsageError). Idempotent.
   std::vector<StepLoss> finish();
-  int64_t step() const { return next_step_; }  // global index of the next mini-batch
-  int64_t in_flight() const { return next_step_ - returned_; }  // fed, loss not yet returned
+  int64_t step() const { return progress_.next_step; }  // global index of the next mini-batch
+  int64_t in_flight() const { return progress_.next_step - progress_.returned; }  // fed, loss not yet returned
 
   // --- Evaluation -------------------------------------------------------------------------
   // Loss (options.optimizer().loss) and accuracy (options.optimizer().metric, where it scores
@@ -245,24 +249,24 @@ class PipelineTrainer {
   void load(const std::string& dir, const std::function<void(const std::string&)>& on_warning = {});
 
   // --- Parts ------------------------------------------------------------------------------
-  const models::Model& model() const { return model_; }
-  const partition::Plan& plan() const { return plan_; }
-  const PipelineInfo& info() const { return info_; }
+  const models::Model& model() const;
+  const partition::Plan& plan() const;
+  const PipelineInfo& info() const;
   const Options& options() const { return options_; }
-  exec::Pipeline& pipeline() { return *pipeline_; }
+  exec::Pipeline& pipeline();
   // This process's copies of the pipeline, replica 0 (or this rank's replica) first.
   std::vector<exec::Pipeline*> pipelines();
-  exec::Executor& executor() { return *executor_; }
-  exec::Group& group() { return *group_; }
+  exec::Executor& executor();
+  exec::Group& group();
   // The learning rate of global step t.
   double lr_at(int64_t step) const { return lr_(step); }
-  int64_t epochs_done() const { return epochs_done_; }
+  int64_t epochs_done() const { return progress_.epochs_done; }
   // Global steps the run trains (RunOptions::epochs x steps_per_epoch, capped by max_steps);
   // -1 when the epoch length is unknown and max_steps is 0.
-  int64_t total_steps() const { return total_steps_; }
+  int64_t total_steps() const { return progress_.total_steps; }
   // Copies of all parameters, partition by partition, in module order (with processes only
   // this rank's partition is trained).
-  std::vector<torch::Tensor> parameters() const { return pipeline_->parameters(); }
+  std::vector<torch::Tensor> parameters() const;
 
   // The one place that runs global steps [first, end) as one segment (fill, stream, drain):
   // the schedule the options imply for `first` (hybrid: stale before the switch, sequential
@@ -277,27 +281,32 @@ class PipelineTrainer {
     double loss_sum = 0, seconds = 0;
     int64_t correct = 0, samples = 0, scored = 0;
   };
+  // Where the run stands: its length, the steps fed and returned, the epoch in progress.
+  struct Progress {
+    int64_t steps_per_epoch = 0;
+    int64_t total_steps = -1;
+    int64_t next_step = 0;         // next step to feed
+    int64_t returned = 0;          // first step whose loss has not been returned
+    int64_t epochs_done = 0;
+    int64_t epoch_begin = 0;       // global step at which the current epoch began
+    EpochTotals totals;            // of the epoch in progress
+    double wall_seconds = 0;       // training time of the run, over all sittings
+    std::vector<int> last_delay;   // max delay per partition in the last segment
+    bool warned = false;           // of reduced staleness, in this fit
+  };
   struct Segment {
     int64_t end_step = 0;
     bool stopped = false, exhausted = false;
   };
-  // What one segment ran, for the staleness tally.
-  struct SegmentRun {
-    schedule::Schedule schedule;
-    exec::SegmentResult result;
-  };
   template <typename Range>
   friend class RangeSource;
 
-  void build_lr(int64_t steps_per_epoch);
-  void build_replicas(const Assembly& a);
-  void build_executor();
-  void describe();
+  // The learning rate over the run and its length; returns the hybrid switch's step (-1: none).
+  int64_t build_lr(int64_t steps_per_epoch);
   void check_usable(const char* what) const;
   void check_drained(const char* what) const;
   void check_segment(int64_t first, int64_t end) const;
-  SegmentRun execute_segment(int64_t first, int64_t end, exec::SegmentContext context);
-  exec::SegmentResult record_segment(const SegmentRun& run);
+  exec::SegmentResult record_segment(const detail::SegmentRun& run);
   // Makes the failure sticky (for exceptions derived from std::exception) and rethrows it.
   [[noreturn]] void fail(const std::exception_ptr& error);
   Segment run_fit_segment(BatchSource& source, int64_t end, const FitHooks& hooks);
@@ -307,8 +316,6 @@ class PipelineTrainer {
   EvalPoint evaluate_point(BatchSource& test, int64_t steps_per_epoch);
   void warn_if_reduced(const Segment& segment, int64_t first, const FitHooks& hooks);
   std::string divergence_message(int64_t step, const std::string& what);
-  // 1-based numbers of this process's partitions whose weights hold a NaN or an infinity.
-  std::vector<int> partitions_with_bad_weights();
   std::string load_owned(const std::string& manifest, exec::CheckpointInfo& info);
   void restore(const exec::CheckpointInfo& info, const std::string& dir);
   void start_segment();
@@ -328,31 +335,11 @@ class PipelineTrainer {
     return {torch::stack(xs), torch::stack(ys)};
   }
 
-  models::Model model_;
   Options options_;
-  schedule::ScheduleKind kind_ = schedule::ScheduleKind::kStale;  // before any hybrid switch
-  partition::Plan plan_;
-  PipelineInfo info_;
-  std::unique_ptr<exec::Pipeline> pipeline_;  // replica 0 (with processes: this rank's replica)
-  // Replicas 1..R-1 in this process (local executors) and their networks; every replica's
-  // stages, replica after replica, as the executor runs them.
-  std::vector<models::Model> replica_models_;
-  std::vector<std::unique_ptr<exec::Pipeline>> replicas_;
-  std::vector<exec::Stage*> all_stages_;
-  std::unique_ptr<exec::Executor> executor_;
-  std::unique_ptr<exec::Group> group_;
   std::function<double(int64_t)> lr_;
-  std::unique_ptr<Feeder> feeder_;
-  int64_t steps_per_epoch_ = 0;
-  int64_t total_steps_ = -1;
-  int64_t next_step_ = 0;   // next step to feed
-  int64_t returned_ = 0;    // first step whose loss has not been returned
-  int64_t epochs_done_ = 0;
-  int64_t epoch_begin_ = 0;  // global step at which the current epoch began
-  EpochTotals totals_;       // of the epoch in progress
-  double wall_seconds_ = 0;  // training time of the run, over all sittings
-  std::vector<int> last_delay_;  // max delay per partition in the last segment
-  bool warned_ = false;
+  std::unique_ptr<detail::TrainerWorkers> workers_;  // the partitions, replicas and executor
+  std::unique_ptr<Feeder> feeder_;                   // feed()'s segment thread and queues
+  Progress progress_;
   bool finished_ = false;
   std::string failure_;  // non-empty after a run-time failure
 };
@@ -382,7 +369,7 @@ template <typename Loader, typename>
 std::vector<EpochSummary> PipelineTrainer::fit(Loader& loader, int64_t epochs, const FitHooks& hooks) {
   SP_CHECK_ARG(epochs >= 1, "fit: epochs must be >= 1, got ", epochs);
   RangeSource<Loader> source(loader);
-  return run_epochs(source, nullptr, epochs_done_ + epochs, hooks).epochs;
+  return run_epochs(source, nullptr, progress_.epochs_done + epochs, hooks).epochs;
 }
 
 template <typename Loader, typename>
