@@ -500,7 +500,14 @@ class ProcessesExecutor final : public Executor {
       peers = detail::make_group_peers(*group_, *stages[k]);
       if (k == 0) own = detail::agreed_input(*group_, context);
     }
-    detail::WorkerLoop loop(schedule, wiring, k, *stages[k], links, own, peers.get());
+    detail::WorkerLoop loop(detail::WorkerLoopOptions()
+                                .schedule(&schedule)
+                                .wiring(&wiring)
+                                .worker(k)
+                                .stage(stages[k])
+                                .links(&links)
+                                .context(&own)
+                                .peers(peers.get()));
     try {
       loop.run_all();
       group_->flush();

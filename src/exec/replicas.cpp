@@ -97,8 +97,14 @@ void build_local_workers(LocalWorkers& out, const schedule::Schedule& schedule, 
   out.loops.reserve(stages.size());
   for (int r = 0; r < R; ++r) {
     for (int k = 0; k < K; ++k) {
-      out.loops.emplace_back(schedule, wiring, k, *stages[r * K + k], *links[r], out.contexts[r],
-                             out.replicas ? &out.replicas->peers(r, k) : nullptr);
+      out.loops.emplace_back(WorkerLoopOptions()
+                                 .schedule(&schedule)
+                                 .wiring(&wiring)
+                                 .worker(k)
+                                 .stage(stages[r * K + k])
+                                 .links(links[r])
+                                 .context(&out.contexts[r])
+                                 .peers(out.replicas ? &out.replicas->peers(r, k) : nullptr));
     }
   }
 }

@@ -17,12 +17,21 @@ double steady_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
+const WorkerLoopOptions& checked(const WorkerLoopOptions& o) {
+  SP_CHECK(o.schedule() && o.wiring() && o.stage() && o.links() && o.context(),
+           "WorkerLoopOptions: schedule, wiring, stage, links and context must be set");
+  return o;
+}
+
 }  // namespace
 
-WorkerLoop::WorkerLoop(const schedule::Schedule& schedule, const Wiring& wiring, int worker,
-                       Stage& stage, Links& links, const SegmentContext& context, ReplicaPeers* peers)
-    : schedule_(schedule), worker_(worker), stage_(stage), links_(links), context_(context), peers_(peers),
-      cutoff_(schedule.end_step) {
+WorkerLoop::WorkerLoop(const WorkerLoopOptions& o)
+    : schedule_(*checked(o).schedule()), worker_(o.worker()), stage_(*o.stage()), links_(*o.links()), context_(*o.context()),
+      peers_(o.peers()), cutoff_(o.schedule()->end_step) {
+  const schedule::Schedule& schedule = schedule_;
+  const SegmentContext& context = context_;
+  const int worker = worker_;
+  const Wiring& wiring = *o.wiring();
   for (const Route& r : wiring.routes()) {
     const bool forward = r.lane == Lane::kActivation;
     if (r.destination == worker && forward) {

@@ -9,6 +9,8 @@
 #include <map>
 #include <string>
 
+#include <torch/arg.h>
+
 #include "stalepipe/common/error.h"
 #include "links_impl.h"
 #include "stalepipe/exec/executor.h"
@@ -22,13 +24,31 @@ struct Cancelled : std::exception {
   const char* what() const noexcept override { return "pipeline cancelled"; }
 };
 
+// What one worker's loop works with: worker `worker` of `schedule` runs on `stage`, its
+// messages going through `links` along `wiring`'s routes, under `context`; `peers`: the other
+// replicas of its partition (replicas_impl.h), null with one. Every pointer but peers must be
+// set and outlive the loop.
+struct WorkerLoopOptions {
+  using SchedulePtr = const schedule::Schedule*;
+  using WiringPtr = const Wiring*;
+  using StagePtr = Stage*;
+  using LinksPtr = Links*;
+  using ContextPtr = const SegmentContext*;
+  using PeersPtr = ReplicaPeers*;
+  TORCH_ARG(SchedulePtr, schedule) = nullptr;
+  TORCH_ARG(WiringPtr, wiring) = nullptr;
+  TORCH_ARG(int, worker) = 0;
+  TORCH_ARG(StagePtr, stage) = nullptr;
+  TORCH_ARG(LinksPtr, links) = nullptr;
+  TORCH_ARG(ContextPtr, context) = nullptr;
+  TORCH_ARG(PeersPtr, peers) = nullptr;
+};
+
 // Runs worker k's operations. Returns the step at which the worker stopped taking new
 // mini-batches (schedule.end_step if it was not stopped).
 class WorkerLoop {
  public:
-  // peers: the other replicas of this worker's partition (replicas_impl.h); null with one.
-  WorkerLoop(const schedule::Schedule& schedule, const Wiring& wiring, int worker, Stage& stage,
-             Links& links, const SegmentContext& context, ReplicaPeers* peers = nullptr);
+  explicit WorkerLoop(const WorkerLoopOptions& options);
 
   // Runs operation i of this worker (in program order), on the stage's stream; reports it to
   // context.on_op if set.

@@ -88,7 +88,8 @@ torch::nn::AnyModule to_unit_module(const torch::jit::Module& module, const std:
   return torch::nn::AnyModule(detail::ScriptUnit(module));
 }
 
-// PyTorch 2 writes a `byteorder` record into every archive; 1.13 never does.
+// PyTorch 2 writes a `byteorder` record into every archive; 1.13 never does (so the record
+// tells a LibTorch 1.x reader only).
 bool written_by_newer_pytorch(const std::string& path) {
   try {
     return caffe2::serialize::PyTorchStreamReader(path).hasRecord("byteorder");
@@ -121,7 +122,7 @@ torch::jit::Module read_script(const std::string& path) {
                  ": holds data saved with torch.save (a state dict, a tensor or a pickled "
                  "module), not a TorchScript module; save torch.jit.script(net) with torch.jit.save");
     const std::string reader = c10::str("LibTorch ", TORCH_VERSION_MAJOR, ".", TORCH_VERSION_MINOR);
-    SP_CHECK_ARG(!written_by_newer_pytorch(path), path, ": saved by a PyTorch newer than the ", reader,
+    SP_CHECK_ARG(TORCH_VERSION_MAJOR >= 2 || !written_by_newer_pytorch(path), path, ": saved by a PyTorch newer than the ", reader,
                  " that reads it (the archive has PyTorch 2's byteorder record), with code ", reader,
                  " cannot run (", detail::script_error_cause(e), "); script and save the network with the PyTorch of ",
                  reader, ", or build stalepipe against the newer PyTorch's "

@@ -80,6 +80,30 @@ std::string residual_file(const TempDir& dir) {
   return save_script(net, dir.file("residual.pt"));
 }
 
+// layers and profile take the file and the input a run would give it; FLOPs come from each
+// operation's arguments, without LibTorch's profiler and its warnings.
+TEST(TorchScriptCli, LayersAndProfileSeeTheImageSize) {
+  TempDir dir;
+  const auto net = script_module(
+      "__torch__.PooledNet", {{"c1", script_conv2d(1, 4, 3)}, {"fc", script_linear(16, 10)}},
+      "\ndef forward(self, x):\n"
+      "    return self.fc.forward(torch.flatten(torch.adaptive_avg_pool2d(self.c1.forward(x), [2, 2]), 1))\n");
+  const std::string file = save_script(net, dir.file("pooled.pt"));
+  const auto layers = run_cli({"layers", "--model-file", file, "--image-size", "48"});
+  ASSERT_EQ(layers.status, 0) << layers.err;
+  EXPECT_NE(layers.out.find("input 1x48x48"), std::string::npos) << layers.out;
+  EXPECT_EQ(layers.err.find("flops"), std::string::npos) << layers.err;
+  const auto at32 = run_cli({"layers", "--model-file", file});
+  ASSERT_EQ(at32.status, 0) << at32.err;
+  auto total = [](const std::string& table) { return table.substr(table.rfind("total")); };
+  EXPECT_NE(total(layers.out), total(at32.out)) << "the FLOPs grow with the image";
+  const auto profile = run_cli({"profile", "--model-file", file, "--image-size", "48", "--batch-size", "4",
+                                "--warmup", "1", "--repeats", "1"});
+  ASSERT_EQ(profile.status, 0) << profile.err;
+  EXPECT_EQ(profile.err.find("flops"), std::string::npos) << profile.err;
+  expect_one_line_error(run_cli({"layers", "--model-file", file, "--image-size", "-3"}), 2, "--image-size -3");
+}
+
 // A register inside the residual (after c1): every executor trains the same bits, and with
 // the pipeline drained after every step the same as without the register; the exported files
 // compute the same outputs.

@@ -25,10 +25,10 @@
 #include <torch/arg.h>
 #include <torch/types.h>
 
-#include "stalepipe/exec/executor.h"
+#include "stalepipe/exec/executor_kind.h"
 #include "stalepipe/exec/loss.h"
-#include "stalepipe/exec/processes.h"
-#include "stalepipe/exec/stage.h"
+#include "stalepipe/exec/precision.h"
+#include "stalepipe/exec/process_group_options.h"
 #include "stalepipe/optim/lr_schedule.h"
 #include "stalepipe/partition/balance.h"
 #include "stalepipe/schedule/schedule.h"

@@ -19,6 +19,7 @@
 
 #include <torch/types.h>
 
+#include "stalepipe/exec/executor_kind.h"
 #include "stalepipe/exec/stage.h"
 #include "stalepipe/schedule/schedule.h"
 
@@ -90,11 +91,6 @@ class Executor {
 // every 32 steps on a GPU (a NaN is caught within 32 steps, before the next drain).
 int64_t default_read_losses_every(const torch::Device& device);
 
-enum class ExecutorKind { kEmulated, kThreads, kProcesses };
-// "emulated" | "threads" | "processes"; UsageError naming `field` otherwise.
-ExecutorKind executor_from_name(const std::string& name,
-                                const std::string& field = "executor");
-std::string to_string(ExecutorKind kind);
 
 // kEmulated or kThreads. Throws UsageError for kProcesses, which needs a process group
 // (make_processes_executor in exec/processes.h).
