@@ -140,6 +140,8 @@ struct TrainingPoint {
 // cuda_graphs: every partition on a CUDA device captures its forward, backward and update as
 //   CUDA graphs after 2 eager steps and replays them (exec/stage.h, docs/design.md "CUDA
 //   graphs"); the same training up to the rounding of the update (its lr on the device).
+// segment_steps has no flag: it is feed()'s segment length, for callers of the API; `train`
+//   drains where its loop needs to.
 #define SP_PIPELINE_OPTION_FIELDS(X)                                                               \
   X(std::vector<int>, ppv, {}, "pipeline", PpvText, Always, "--pipeline",                                                \
     "PPV: weight layers followed by a register, e.g. 2 or 7,13; none = no pipeline")               \
