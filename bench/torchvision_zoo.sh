@@ -45,13 +45,28 @@ families=${families:-alexnet vgg11_bn resnet18 resnet50 resnext50_32x4d wide_res
 "$python" "$here/torchvision_zoo.py" script "$work/models" $families > "$work/params.txt" || exit 1
 zoo_py=("$python" "$here/torchvision_zoo.py")
 
+# run_args NAME OUT: the options every run of a family shares, into `args`.
+run_args() {
+  args=(--model-file "$work/models/$1.pt" --data "folder:$work/photos" --val-fraction 0.25 --image-size 64
+        --batch-size 8 --lr 0.002 --max-steps 6 --checkpoint-every 3 --epochs 1 --threads 2 --progress none
+        --out "$2")
+}
+
 # train NAME OUT EXTRA...: one run of the family, its output in OUT.log.
 train() {
   local name=$1 out=$2
   shift 2
-  "$stalepipe" train --model-file "$work/models/$name.pt" --data "folder:$work/photos" --val-fraction 0.25 \
-    --image-size 64 --batch-size 8 --lr 0.002 --max-steps 6 --checkpoint-every 3 --epochs 1 --threads 2 --progress none \
-    --out "$out" "$@" > "$out.log" 2>&1
+  run_args "$name" "$out"
+  "$stalepipe" train "${args[@]}" "$@" > "$out.log" 2>&1
+}
+
+# launch_train NAME OUT EXTRA...: the same on 2 ranks of the processes executor, a thread each
+# (a flag given twice takes its last value).
+launch_train() {
+  local name=$1 out=$2
+  shift 2
+  run_args "$name" "$out"
+  "$stalepipe" launch --nproc 2 -- train "${args[@]}" --threads 1 --executor processes "$@" > "$out.log" 2>&1
 }
 
 # check LABEL COMMAND...: runs the command; on failure records the label and the last line it printed.
@@ -97,9 +112,7 @@ family_row() {
     local n=${#failed[@]}
     { train "$name" "$dir/emulated" $cut --executor emulated &&
       check "threads = emulated" "${zoo_py[@]}" same "$dir/threads" "$dir/emulated" &&
-      "$stalepipe" launch --nproc 2 -- train --model-file "$work/models/$name.pt" --data "folder:$work/photos" \
-        --val-fraction 0.25 --image-size 64 --batch-size 8 --lr 0.002 --max-steps 6 --checkpoint-every 3 --epochs 1 --threads 1 \
-        --progress none --out "$dir/processes" $cut --executor processes > "$dir/processes.log" 2>&1 &&
+      launch_train "$name" "$dir/processes" $cut &&
       check "threads = processes" "${zoo_py[@]}" same "$dir/threads" "$dir/processes"; } ||
       { executors=✘; ((${#failed[@]} > n)) || failed+=("executors: $(tail -n 1 "$dir/emulated.log" "$dir/processes.log" 2>/dev/null | tail -n 1)"); }
     n=${#failed[@]}
