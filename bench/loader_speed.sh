@@ -5,7 +5,7 @@
 # with their ratio; writes OUT/loader_speed.csv.
 # Usage: bench/loader_speed.sh OUT [ROUNDS]   (env: SP=stalepipe binary, SIZES="224 64",
 #        THREADS=2, BATCH=64, BATCHES=20, IMAGES=150 per class of 10)
-# Needs scripts/setup-peers.sh (python3-torchvision, python3-pil).
+# Needs python3-torchvision and python3-pil (scripts/setup.sh installs them).
 set -euo pipefail
 out=$1
 rounds=${2:-3}

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """PyTorch peers of `stalepipe bench`: the same networks trained with Debian's python3-torch.
 
-Run (after scripts/setup-peers.sh):
+Run (after scripts/setup.sh, which installs python3-torch):
     /usr/bin/python3 bench/peers.py --model resnet56 --pipeline 19 --json results/bench/peers-resnet56.json
     /usr/bin/python3 bench/peers.py --stalepipe-json results/bench/resnet56-k2.json --json out.json
 Prints one line per configuration with images/s after warm-up (with --rounds N, one per round
@@ -38,7 +38,7 @@ try:
     import torch.nn as nn
     import torch.nn.functional as F
 except ImportError:
-    sys.exit("peers.py: error: PyTorch is not installed; run scripts/setup-peers.sh (python3-torch)")
+    sys.exit("peers.py: error: PyTorch is not installed; run scripts/setup.sh (python3-torch)")
 
 
 def usage_error(message):

@@ -2,7 +2,7 @@
 # The complete speed and memory measurement behind docs/performance.md.
 #
 # Run on a quiet machine (nothing else compiling or training), from the repository root:
-#     scripts/build.sh && scripts/setup-peers.sh && bench/run_all.sh
+#     scripts/setup.sh && scripts/build.sh && bench/run_all.sh
 # Writes under results/bench/ (or $OUT):
 #     <model>-k2.json/.txt      stalepipe bench, 2 partitions balanced by time, + processes executor
 #     <model>-paper.json/.txt   stalepipe bench, the paper's placement (LeNet-5: 2; ResNet: 2n+1)
@@ -42,7 +42,7 @@ for placement in $PLACEMENTS; do
 done
 [[ -x $SP ]] || { echo "run_all: $SP is missing; run scripts/build.sh first" >&2; exit 2; }
 if [[ -z ${SKIP_PEERS:-} ]] && ! /usr/bin/python3 -c "import torch" 2>/dev/null; then
-  echo "run_all: PyTorch is missing; run scripts/setup-peers.sh first (or SKIP_PEERS=1)" >&2
+  echo "run_all: PyTorch is missing; run scripts/setup.sh first (or SKIP_PEERS=1)" >&2
   exit 2
 fi
 mkdir -p "$OUT"

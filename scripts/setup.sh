@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs every Debian package stalepipe needs (build, tests, data, peer scripts).
+# Installs every Debian package stalepipe needs (build, Python package, tests, data, peer scripts).
 # Idempotent: safe to run again; installs only what is missing. Run as root.
 set -euo pipefail
 
@@ -10,6 +10,7 @@ packages=(
   zlib1g-dev libjpeg-dev libpng-dev   # image folders: JPEG (libjpeg-turbo) and PNG
   libcli11-dev nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev
   dataset-fashion-mnist                 # the default data set, /usr/share/datasets/fashion-mnist
+  python3-dev python3-torch python3-torchvision python3-pytest  # the Python package and its tests
 )
 
 missing=()

@@ -1,7 +1,6 @@
 #include "flags.h"
 
 #include <algorithm>
-#include <regex>
 #include <stdexcept>
 #include <type_traits>
 #include <utility>
@@ -61,17 +60,7 @@ std::string flag_of(Field field) {
 }
 
 std::string with_flags(std::string message) {
-  static const std::regex field(
-      "\\b(DataOptions|PipelineOptions|OptimizerOptions|RunOptions|ProcessGroupOptions|BenchOptions|"
-      "MemoryOptions|ProfileOptions|SweepOptions|ExperimentOverrides)::(\\w+)");
-  std::string out;
-  auto begin = message.cbegin();
-  for (std::smatch m; std::regex_search(begin, message.cend(), m, field); begin = m.suffix().first) {
-    out.append(begin, m[0].first);
-    out += flag_of(m[1].str(), m[2].str());
-  }
-  out.append(begin, message.cend());
-  return out;
+  return rename_fields(message, [](const std::string& part, const std::string& name) { return flag_of(part, name); });
 }
 
 CLI::Option* add_field_flag(CLI::App& app, Options& options, TrainFlags& text, Field field,

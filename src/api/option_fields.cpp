@@ -1,5 +1,7 @@
 #include "stalepipe/api/option_fields.h"
 
+#include <regex>
+
 #include <c10/util/StringUtil.h>
 
 #include "common/json_number_impl.h"
@@ -142,6 +144,21 @@ const std::string& field_name(Field field) {
     return all;
   }();
   return names.at(static_cast<size_t>(field));
+}
+
+std::string rename_fields(const std::string& message,
+                          const std::function<std::string(const std::string& part, const std::string& field)>& rename) {
+  static const std::regex field(
+      "\\b(DataOptions|PipelineOptions|OptimizerOptions|RunOptions|ProcessGroupOptions|BenchOptions|"
+      "MemoryOptions|ProfileOptions|SweepOptions|ExperimentOverrides)::(\\w+)");
+  std::string out;
+  auto begin = message.cbegin();
+  for (std::smatch m; std::regex_search(begin, message.cend(), m, field); begin = m.suffix().first) {
+    out.append(begin, m[0].first);
+    out += rename(m[1].str(), m[2].str());
+  }
+  out.append(begin, message.cend());
+  return out;
 }
 
 }  // namespace stalepipe

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "common/json_file_impl.h"
 #include "stalepipe/api/options_json.h"
 #include "stalepipe/common/error.h"
 #include "stalepipe/common/files.h"
@@ -84,11 +85,21 @@ EpochSummary metrics_from_json(const nlohmann::json& j) {
 }  // namespace
 
 void write_config(const std::string& run_dir, const Options& options, const std::optional<ModelFile>& model_file,
-                  const std::optional<DataFolder>& folder) {
+                  const std::optional<DataFolder>& folder, bool data_from_caller) {
   nlohmann::json config = to_json(options);
   if (model_file) add_model_file(config, *model_file);
   if (folder) add_data_folder(config, *folder);
+  if (data_from_caller) config["data_from_caller"] = true;
   write_file_atomic(in_dir(run_dir, "config.json"), config.dump(2) + "\n");
+}
+
+bool data_from_caller(const std::string& run_dir) {
+  const std::string path = in_dir(run_dir, "config.json");
+  const nlohmann::json config = read_json_file(path);
+  const auto held = config.find("data_from_caller");
+  if (held == config.end()) return false;
+  SP_CHECK(held->is_boolean(), path, ": \"data_from_caller\" must be true or false, not ", held->dump());
+  return held->get<bool>();
 }
 
 void start_metrics(const std::string& run_dir) { write_file_atomic(in_dir(run_dir, "metrics.jsonl"), ""); }

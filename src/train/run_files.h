@@ -18,9 +18,12 @@
 namespace stalepipe::train {
 
 // The options, and where a model file is trained, its absolute path and digest (model_file.h).
-// With an image folder, its absolute path and fingerprint (train/run_data.h).
+// With an image folder, its absolute path and fingerprint (train/run_data.h); with data held
+// by the caller (CallerData), that it was.
 void write_config(const std::string& run_dir, const Options& options, const std::optional<ModelFile>& model_file,
-                  const std::optional<DataFolder>& folder);
+                  const std::optional<DataFolder>& folder, bool data_from_caller);
+// Whether config.json in run_dir says the caller held the data (false where it does not say).
+bool data_from_caller(const std::string& run_dir);
 // metrics.jsonl starts empty.
 void start_metrics(const std::string& run_dir);
 void append_metrics(const std::string& run_dir, const EpochSummary& epoch);

@@ -49,7 +49,11 @@ struct Run {
   std::optional<ModelFile> model_file;
   // The image folder config.json records, for a resumed run (nullopt for a fresh one).
   std::optional<DataFolder> recorded_folder;
-  RunData data;
+  CallerData* caller = nullptr;  // the caller's batches, read instead of a data set
+  RunData data;                  // the data set's loaders (none with the caller's batches)
+  std::unique_ptr<LoaderSource> train_loader, test_loader;  // their batches, read ahead
+  BatchSource* train = nullptr;  // what the loop reads: the loaders' batches or the caller's
+  BatchSource* test = nullptr;   // null: no evaluation
   std::unique_ptr<PipelineTrainer> trainer;
 };
 
@@ -61,9 +65,9 @@ torch::Device input_device(const Options& o) {
   return copy_ahead ? devices[0] : torch::Device(torch::kCPU);
 }
 
-void build(Run& run) {
+// The data set DataOptions::dataset names, as loaders read ahead; returns one sample's shape.
+models::InputShape load_data_set(Run& run) {
   Options& o = run.options;
-  check_options(o);  // cheap checks before the data is loaded
   const DataOptions& d = o.data();
   const bool cuda_input = !o.pipeline().devices().empty() && o.pipeline().devices()[0].is_cuda();
   run.data = load_run_data(o.data(), o.optimizer().loss(), o.run().seed(), resolved_data_threads(o), cuda_input,
@@ -84,6 +88,10 @@ void build(Run& run) {
     if (sharded) train.shard_index(own_replica(o.pipeline())).shard_count(R);
     run.data.train_loader = std::make_unique<data::Loader>(whole.shared_source(), train.raw_pixels(raw_pixels));
   }
+  run.train_loader = std::make_unique<LoaderSource>(*run.data.train_loader, input_device(o));
+  run.test_loader = std::make_unique<LoaderSource>(*run.data.test_loader);
+  run.train = run.train_loader.get();
+  run.test = run.test_loader.get();
 
   const auto shape = run.data.train_loader->output_shape();
   models::InputShape input;
@@ -93,11 +101,30 @@ void build(Run& run) {
   // The network's output width: the classes, or the regression target's width.
   const data::SampleSource& train = *run.data.sources.train;
   input.num_classes = train.num_classes() > 0 ? train.num_classes() : train.targets().size(1);
+  return input;
+}
+
+// The caller's batches (CallerData); returns one sample's shape.
+models::InputShape take_caller_data(Run& run) {
+  const CallerData& c = *run.caller;
+  SP_CHECK_ARG(c.train, "the data held by the caller (", c.name, ") has no training batches");
+  SP_CHECK_ARG(run.options.pipeline().executor() != ExecutorKind::kProcesses,
+               "PipelineOptions::executor processes: its ranks read a data set each of them can open; the data held "
+               "by the caller (", c.name, ") trains with the threads or emulated executor");
+  run.train = c.train.get();
+  run.test = c.test.get();
+  return c.input;
+}
+
+void build(Run& run) {
+  Options& o = run.options;
+  check_options(o);  // cheap checks before the data is loaded
+  const models::InputShape input = run.caller ? take_caller_data(run) : load_data_set(run);
   if (run.model_file) check_unchanged(*run.model_file);
   if (!o.run().model_file().empty() && !run.model_file) run.model_file = model_file_now(o.run().model_file());
   torch::manual_seed(o.run().seed());
   auto model = make_run_model(o.run(), input, run.model_file);
-  run.trainer = std::make_unique<PipelineTrainer>(std::move(model), o, run.data.train_loader->batches_per_epoch());
+  run.trainer = std::make_unique<PipelineTrainer>(std::move(model), o, std::max<int64_t>(0, run.train->batches_per_epoch()));
   if (run.model_file && o.pipeline().executor() == ExecutorKind::kProcesses) {
     check_same_on_every_rank(run.trainer->group(), *run.model_file);
   }
@@ -105,18 +132,28 @@ void build(Run& run) {
   o.pipeline().ppv(run.trainer->plan().ppv).layout(run.trainer->options().pipeline().layout());
 }
 
-// ", CxHxW" and ", N unreadable images left out" for the start-up line.
-std::string data_shape_text(const RunData& data) {
-  const auto shape = data.train_loader->output_shape();
-  const auto& scanned = data.sources.scanned;
-  return c10::str(", ", shape[0], "x", shape[1], "x", shape[2],
+// "fashion-mnist (60000 train / 10000 test, 1x32x32, N unreadable images left out)" for the
+// start-up line.
+std::string data_text(const Run& run) {
+  const auto count = [](int64_t n) { return n >= 0 ? std::to_string(n) : std::string("?"); };
+  if (run.caller) {
+    const models::InputShape& in = run.caller->input;
+    return c10::str(run.caller->name, " (", count(run.caller->train_samples), " train / ",
+                    run.test ? count(run.caller->test_samples) : "no", " test, ", in.channels, "x", in.height, "x",
+                    in.width, ")");
+  }
+  const auto shape = run.data.train_loader->output_shape();
+  const auto& scanned = run.data.sources.scanned;
+  return c10::str(run.options.data().dataset(), " (", run.data.sources.train->size(), " train / ",
+                  run.data.sources.test->size(), " test, ", shape[0], "x", shape[1], "x", shape[2],
                   scanned && !scanned->skipped.empty() ? c10::str(", ", scanned->skipped.size(), " unreadable images left out")
-                                                       : std::string());
+                                                       : std::string(), ")");
 }
 
 // Epochs the run trains (the last may be partial when max_steps cuts it).
 int64_t planned_epochs(const Run& run) {
-  const int64_t spe = run.data.train_loader->batches_per_epoch();
+  const int64_t spe = run.train->batches_per_epoch();
+  if (spe <= 0 || run.trainer->total_steps() < 0) return run.options.run().epochs();
   return (run.trainer->total_steps() + spe - 1) / spe;
 }
 
@@ -145,9 +182,9 @@ void log_setup(Run& run, const std::function<void(const std::string&)>& log) {
   const PipelineTrainer& t = *run.trainer;
   const Options& o = run.options;
   const PipelineInfo& info = t.info();
-  log(c10::str("model ", model_label(o.run()), " (", t.model().num_parameters(), " parameters), data ",
-               o.data().dataset(), " (", run.data.sources.train->size(), " train / ", run.data.sources.test->size(),
-               " test", data_shape_text(run.data), "), ", run.data.train_loader->batches_per_epoch(), " steps/epoch, executor ",
+  const int64_t steps_per_epoch = run.train->batches_per_epoch();
+  log(c10::str("model ", model_label(o.run()), " (", t.model().num_parameters(), " parameters), data ", data_text(run),
+               ", ", steps_per_epoch > 0 ? std::to_string(steps_per_epoch) : std::string("?"), " steps/epoch, executor ",
                exec::to_string(o.pipeline().executor())));
   for (size_t k = 0; k < info.units.size(); ++k) {
     log(c10::str("  partition ", k + 1, ": units ", info.units[k], ", ", info.parameters[k],
@@ -228,79 +265,108 @@ void write_trace(Run& run, sim::TraceRecorder& trace) {
 TrainResult conclude(Run& run, TrainResult result, const FitResult& fitted, const TrainHooks& hooks,
                      const std::function<void(const std::string&)>& log);
 
+// What the loop reports, recorded in `result` and the run directory, logged, and handed on
+// to the caller's hooks.
+struct Recorder {
+  Run& run;
+  const TrainHooks& hooks;
+  const std::function<void(const std::string&)>& log;
+  Progress& progress;
+  TrainResult& result;
+  int64_t checkpoint_step = -1;  // of the last checkpoint on disk (-1: none)
+
+  FitHooks fit_hooks(sim::TraceRecorder& trace) {
+    PipelineTrainer& t = *run.trainer;
+    const std::string& out = run.options.run().out();
+    const bool leader = t.group().leader();
+    FitHooks fit;
+    fit.stop = hooks.stop;
+    fit.suspended_ns = hooks.suspended_ns;
+    fit.on_warning = hooks.on_warning ? hooks.on_warning : log;
+    const auto started = std::chrono::steady_clock::now();
+    auto samples = std::make_shared<int64_t>(0);
+    fit.on_step = [this, started, samples, &t](const StepLoss& l) {
+      *samples += l.samples;
+      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+      progress.step(t.epochs_done() + 1, l.step, l.loss, seconds > 0 ? static_cast<double>(*samples) / seconds : 0);
+      if (hooks.on_step) hooks.on_step(l);
+    };
+    if (!run.options.run().trace().empty()) fit.on_op = trace.callback();
+    fit.on_epoch = [this, out, leader, epochs = planned_epochs(run)](const EpochSummary& m) {
+      result.epochs.push_back(m);
+      if (!out.empty() && leader) append_metrics(out, m);
+      const double loader = run.train_loader ? run.train_loader->loader_images_per_second() : 0;
+      log(c10::str("epoch ", m.epoch, "/", epochs, "  step ", m.end_step, "  lr ", m.lr,
+                   "  train loss ", m.train_loss, accuracy_text(m.train_accuracy),
+                   run.test ? c10::str("  test loss ", m.test_loss, accuracy_text(m.test_accuracy)) : std::string(),
+                   "  ", static_cast<int64_t>(m.images_per_second), " img/s",
+                   run.train_loader ? c10::str(" (loader ", static_cast<int64_t>(loader), ")") : std::string()));
+      if (hooks.on_epoch) hooks.on_epoch(m);
+    };
+    fit.on_eval = [this, out, leader](const EvalPoint& p) {
+      result.evaluations.push_back(p);
+      if (!p.epoch_end) {  // the epoch's line records the others
+        if (!out.empty() && leader) append_metrics(out, p);
+        log(c10::str("eval at step ", p.step, " (epoch ", p.epoch, ")  test loss ", p.result.loss,
+                     accuracy_text(p.result.accuracy), "  after ", p.wall_seconds, " s training"));
+      }
+      if (hooks.on_eval) hooks.on_eval(p);
+    };
+    fit.on_checkpoint = [this, out, &t](int64_t step) {
+      if (out.empty()) return;
+      t.save(out);
+      checkpoint_step = step;
+      if (hooks.on_checkpoint) hooks.on_checkpoint(step);
+    };
+    return fit;
+  }
+};
+
+// The run directory's files as a sitting begins: config.json and the rest for a fresh run,
+// the metrics so far for a resumed one (into `result`).
+void start_run_files(Run& run, bool resumed, TrainResult& result) {
+  const PipelineTrainer& t = *run.trainer;
+  const std::string& out = run.options.run().out();
+  fs::create_directories(out);
+  if (!resumed) write_config(out, run.options, run.model_file, run.data.folder, run.caller != nullptr);
+  if (!resumed) write_skipped_images(out, run.data);
+  result.machines = record_sitting(out, resumed ? t.step() : 0, !resumed);
+  if (resumed) {
+    MetricsHistory history = reload_metrics(out, t.epochs_done(), t.step());
+    result.epochs = std::move(history.epochs);
+    result.evaluations = std::move(history.evaluations);
+  } else {
+    start_metrics(out);
+  }
+}
+
 TrainResult run_training(Run& run, bool resumed, const TrainHooks& hooks) {
   PipelineTrainer& t = *run.trainer;
   const Options& o = run.options;
-  const std::string out = o.run().out();
   const bool leader = t.group().leader();  // rank 0 speaks and writes for the group
   Progress progress(o.run().progress(), std::max<int64_t>(1, t.total_steps()));
-  auto log = [&](const std::string& line) {
+  const std::function<void(const std::string&)> log = [&](const std::string& line) {
     if (!leader) return;
     progress.clear();
     if (hooks.log) hooks.log(line); else std::fprintf(stderr, "%s\n", line.c_str());
   };
   reset_peak_rss();
   TrainResult result;
-  if (!out.empty() && leader) {
-    fs::create_directories(out);
-    if (!resumed) write_config(out, o, run.model_file, run.data.folder);
-    if (!resumed) write_skipped_images(out, run.data);
-    result.machines = record_sitting(out, resumed ? t.step() : 0, !resumed);
-    if (resumed) {
-      MetricsHistory history = reload_metrics(out, t.epochs_done(), t.step());
-      result.epochs = std::move(history.epochs);
-      result.evaluations = std::move(history.evaluations);
-    } else {
-      start_metrics(out);
-    }
-  }
+  if (!o.run().out().empty() && leader) start_run_files(run, resumed, result);
   log_setup(run, log);
   if (resumed) log(c10::str("resuming at step ", t.step(), " (epoch ", t.epochs_done() + 1, ")"));
 
-  int64_t checkpoint_step = resumed ? t.step() : -1;
+  Recorder recorder{run, hooks, log, progress, result, resumed ? t.step() : -1};
   sim::TraceRecorder trace;
-  FitHooks fit;
-  fit.stop = hooks.stop;
-  fit.suspended_ns = hooks.suspended_ns;
-  fit.on_warning = log;
-  const auto started = std::chrono::steady_clock::now();
-  int64_t samples = 0;
-  fit.on_step = [&](const StepLoss& l) {
-    samples += l.samples;
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-    progress.step(t.epochs_done() + 1, l.step, l.loss, seconds > 0 ? static_cast<double>(samples) / seconds : 0);
-  };
-  const int64_t epochs = planned_epochs(run);
-  if (!o.run().trace().empty()) fit.on_op = trace.callback();
-  LoaderSource train(*run.data.train_loader, input_device(o)), test(*run.data.test_loader);
-  fit.on_epoch = [&](const EpochSummary& m) {
-    result.epochs.push_back(m);
-    if (!out.empty() && leader) append_metrics(out, m);
-    log(c10::str("epoch ", m.epoch, "/", epochs, "  step ", m.end_step, "  lr ", m.lr,
-                 "  train loss ", m.train_loss, accuracy_text(m.train_accuracy), "  test loss ", m.test_loss,
-                 accuracy_text(m.test_accuracy), "  ", static_cast<int64_t>(m.images_per_second), " img/s (loader ",
-                 static_cast<int64_t>(train.loader_images_per_second()), ")"));
-  };
-  fit.on_eval = [&](const EvalPoint& p) {
-    result.evaluations.push_back(p);
-    if (p.epoch_end) return;  // the epoch's line records it
-    if (!out.empty() && leader) append_metrics(out, p);
-    log(c10::str("eval at step ", p.step, " (epoch ", p.epoch, ")  test loss ", p.result.loss,
-                 accuracy_text(p.result.accuracy), "  after ", p.wall_seconds, " s training"));
-  };
-  fit.on_checkpoint = [&](int64_t step) {
-    if (out.empty()) return;
-    t.save(out);
-    checkpoint_step = step;
-    if (hooks.on_checkpoint) hooks.on_checkpoint(step);
-  };
+  const FitHooks fit = recorder.fit_hooks(trace);
   FitResult fitted;
   try {
-    fitted = t.fit(train, fit, &test);
+    fitted = t.fit(*run.train, fit, run.test);
   } catch (const DivergedError& e) {
     write_trace(run, trace);
-    throw DivergedError(c10::str(e.what(), checkpoint_step >= 0 ? c10::str(". The checkpoint of step ", checkpoint_step, " is intact")
-                                                                : std::string(". No checkpoint was written")));
+    const int64_t saved = recorder.checkpoint_step;
+    throw DivergedError(c10::str(e.what(), saved >= 0 ? c10::str(". The checkpoint of step ", saved, " is intact")
+                                                       : std::string(". No checkpoint was written")));
   }
   write_trace(run, trace);
   return conclude(run, std::move(result), fitted, hooks, log);
@@ -351,9 +417,19 @@ std::optional<RunLock> lock_run(const Options& o) {
   return std::make_optional<RunLock>(o.run().out(), lock_name(rank));
 }
 
+
+// A run trained on CallerData continues only with data given again, and only such a run does.
+void check_caller_data(const std::string& run_dir, const Options& recorded, const CallerData* data, const char* what) {
+  const bool held = data_from_caller(run_dir);
+  SP_CHECK_ARG(!held || data, run_dir, ": trained on data held by the program that trained it (",
+               recorded.data().dataset(), "); ", what, " it from a program that gives the same data");
+  SP_CHECK_ARG(held || !data, run_dir, ": trained on the data set ", recorded.data().dataset(),
+               ", which it reads itself; ", what, " it without data from the caller");
+}
+
 }  // namespace
 
-TrainResult train(const Options& options, const TrainHooks& hooks) {
+TrainResult train(const Options& options, const TrainHooks& hooks, CallerData* data) {
   const std::string& out = options.run().out();
   check_options(options);  // a mistake in the options leaves no directory behind
   // Locked before the checkpoint check, so two runs started together cannot both pass it.
@@ -362,6 +438,8 @@ TrainResult train(const Options& options, const TrainHooks& hooks) {
                ": already holds a run with a checkpoint; resume it or choose another directory");
   Run run;
   run.options = options;
+  run.caller = data;
+  if (data) run.options.data().dataset(data->name);
   build(run);
   return run_training(run, false, hooks);
 }
@@ -374,9 +452,12 @@ Options read_run_config(const std::string& run_dir) {
   return o;
 }
 
-TrainResult resume(const std::string& run_dir, const TrainHooks& hooks, const exec::ProcessGroupOptions& group) {
+TrainResult resume(const std::string& run_dir, const TrainHooks& hooks, const exec::ProcessGroupOptions& group,
+                   CallerData* data) {
   Run run;
   run.options = read_run_config(run_dir);
+  check_caller_data(run_dir, run.options, data, "resume");
+  run.caller = data;
   run.model_file = recorded_model_file(run_dir);
   run.recorded_folder = recorded_data_folder(run_dir);
   run.options.pipeline().group(group);
@@ -392,14 +473,14 @@ TrainResult resume(const std::string& run_dir, const TrainHooks& hooks, const ex
 EvalResult evaluate_run(const std::string& run_dir, int threads) {
   Run run;
   run.options = read_run_config(run_dir);
+  check_caller_data(run_dir, run.options, nullptr, "evaluate");
   run.model_file = recorded_model_file(run_dir);
   run.recorded_folder = recorded_data_folder(run_dir);
   run.options.pipeline().executor(ExecutorKind::kEmulated);  // every partition here
   if (threads > 0) run.options.pipeline().threads(threads);
   build(run);
   run.trainer->load(run_dir);
-  LoaderSource test(*run.data.test_loader);
-  return run.trainer->evaluate(test);
+  return run.trainer->evaluate(*run.test);
 }
 
 }  // namespace stalepipe::train

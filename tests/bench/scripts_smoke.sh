@@ -44,7 +44,7 @@ grep -q '^total 0.0 ms per step over 2 steps' <<< "$out" || fail "self_times.py 
 [ "$(sed -n 2p <<< "$out" | awk '{print $1, $5}')" = "0.01 outer" ] || fail "self_times.py: outer's self time 16 us / 2 steps: $out"
 [ "$(sed -n 3p <<< "$out" | awk '{print $3, $5}')" = "20.0% inner" ] || fail "self_times.py: inner's share: $out"
 
-# pytorch_trace.py needs PyTorch (scripts/setup-peers.sh), which CI does not install.
+# pytorch_trace.py needs PyTorch (python3-torch, which scripts/setup.sh installs).
 if "$py" -c "import torch" 2> /dev/null; then
   "$py" "$bench/pytorch_trace.py" lenet5 "$tmp/pytorch.json"
   # Read whole first: grep -q would stop at the first match and break the writer's pipe.
@@ -53,7 +53,7 @@ if "$py" -c "import torch" 2> /dev/null; then
 else
   echo "pytorch_trace.py: skipped (no PyTorch for $py)"
 fi
-# loader_speed.sh needs torchvision and PIL (scripts/setup-peers.sh), which CI does not install.
+# loader_speed.sh needs torchvision and PIL (python3-torchvision, which scripts/setup.sh installs).
 if "$py" -c "import torchvision, PIL" 2> /dev/null; then
   out=$(SP=$sp SIZES=32 IMAGES=10 BATCH=8 BATCHES=2 THREADS=1 "$bench/loader_speed.sh" "$tmp/loader" 1)
   grep -Eq '^median 32x32: stalepipe [0-9]+ img/s, torchvision [0-9]+ img/s, ratio [0-9.]+$' <<< "$out" ||

@@ -4,6 +4,7 @@
 // help (apps/stalepipe/flags.cpp) and the names in check_options' messages all come from here.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,12 @@ struct OptionField {
 // Every stored field once, in the order of the tables (data, pipeline, optimizer, run).
 const std::vector<OptionField>& option_fields();
 const OptionField& option_field(Field field);
+
+// `message` with every "Part::field" of an option struct (DataOptions, PipelineOptions, ...,
+// SweepOptions) replaced by rename(part, field): how a front end names the fields in its own
+// terms (the CLI's flags, Python's keywords).
+std::string rename_fields(const std::string& message,
+                          const std::function<std::string(const std::string& part, const std::string& field)>& rename);
 
 // Calls f(const OptionField&, T& value) for every stored field of `options`, T the field's type.
 template <typename F>

@@ -12,6 +12,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -22,6 +23,7 @@
 #include "stalepipe/api/options.h"
 #include "stalepipe/api/pipeline_trainer.h"
 #include "stalepipe/common/error.h"
+#include "stalepipe/models/model.h"
 #include "stalepipe/train/time_to_target.h"
 
 namespace stalepipe::train {
@@ -56,11 +58,31 @@ struct TrainHooks {
   // Time suspended so far, not training time (api::FitHooks::suspended_ns).
   const std::atomic<int64_t>* suspended_ns = nullptr;
   std::function<void(const std::string&)> log;  // one human-readable line; default: stderr
+  // A note for the user (the loop's FitHooks::on_warning), instead of a `log` line.
+  std::function<void(const std::string&)> on_warning;
   // Called after each checkpoint is safely on disk, with the step it resumes at.
   std::function<void(int64_t step)> on_checkpoint;
   // Called once training has ended without being stopped, after summary.json, on every rank,
   // with the trained pipeline (e.g. to export its model: models/torchscript.h).
   std::function<void(const PipelineTrainer& trainer)> on_trained;
+  // The loop's own (FitHooks), called after the run has recorded what they report: on_step on
+  // the workers' threads, the others on the calling thread.
+  std::function<void(const StepLoss&)> on_step;
+  std::function<void(const EvalPoint&)> on_eval;
+  std::function<void(const EpochSummary&)> on_epoch;
+};
+
+// Data a calling program holds itself, instead of the data set DataOptions::dataset names (the
+// Python front end's Dataset or DataLoader): batches to train on and, optionally, to evaluate
+// on. The run records `name` as its DataOptions::dataset, and in config.json that the caller
+// held the data, so that it resumes only with data given again.
+struct CallerData {
+  std::string name;                    // the logs' and summary.json's data set: "python:TensorDataset"
+  std::unique_ptr<BatchSource> train;  // its batches_per_epoch() is the epoch (-1: where it runs out)
+  std::unique_ptr<BatchSource> test;   // null: no evaluation
+  // One sample's [C, H, W], and the width of the network's output as num_classes.
+  models::InputShape input;
+  int64_t train_samples = -1, test_samples = -1;  // for the start-up line; -1: not known
 };
 
 // Runs a training run. Throws UsageError for bad options (naming the field) and RuntimeError
@@ -68,14 +90,18 @@ struct TrainHooks {
 // and checkpoints there, and refuses a directory that already holds a run. While it runs it
 // holds a flock on out/lock (rank R > 0 of processes: out/lock.rank-R); a second train() or
 // resume() into the directory throws UsageError at once, naming the pid that holds it.
-TrainResult train(const Options& options, const TrainHooks& hooks = {});
+// With `data`, trains on the caller's batches (CallerData) instead; the data options that
+// shape a loader's batches do not apply then, and the processes executor is refused.
+TrainResult train(const Options& options, const TrainHooks& hooks = {}, CallerData* data = nullptr);
 
 // Continues the run in run_dir from its last whole checkpoint with the settings of its
 // config.json (a damaged newest one: a warning line to hooks.log, then the previous one; see
 // PipelineTrainer::load); locks run_dir as train() does. `group` says where this process
-// sits when the run uses the processes executor.
+// sits when the run uses the processes executor. A run that trained on CallerData resumes
+// only with `data` given (the same data, for the run to continue as it would have), and one
+// that did not, only without.
 TrainResult resume(const std::string& run_dir, const TrainHooks& hooks = {},
-                   const exec::ProcessGroupOptions& group = {});
+                   const exec::ProcessGroupOptions& group = {}, CallerData* data = nullptr);
 
 // The settings of the run in run_dir (its config.json), out set to run_dir.
 Options read_run_config(const std::string& run_dir);

@@ -1,0 +1,105 @@
+#!/usr/bin/env python3
+"""What the Python front end costs: ResNet-20 written in Python, trained by stalepipe.Trainer and by
+`stalepipe train --model-file` on the same scripted file, options and threads, and by Trainer on an
+in-memory TensorDataset read through a DataLoader (2 workers). The runs alternate round by round,
+so that a machine whose speed drifts slows both sides of a ratio alike; the rate is summary.json's
+images_per_second (training only, evaluation excluded). Prints each round and the medians of
+Trainer / CLI and DataLoader / built-in loader (Trainer with a data spec).
+
+    PYTHONPATH=build/python /usr/bin/python3 bench/python_vs_cli.py [--rounds 5] [--steps 200]
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+import torch
+from torch import nn
+
+import stalepipe
+
+
+class Block(nn.Module):
+    def __init__(self, cin, cout, stride):
+        super().__init__()
+        self.body = nn.Sequential(nn.Conv2d(cin, cout, 3, stride, 1, bias=False), nn.BatchNorm2d(cout), nn.ReLU(),
+                                  nn.Conv2d(cout, cout, 3, 1, 1, bias=False), nn.BatchNorm2d(cout))
+        self.shortcut = nn.Sequential() if stride == 1 and cin == cout else \
+            nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+        self.relu = nn.ReLU()
+
+    def forward(self, x):
+        return self.relu(self.body(x) + self.shortcut(x))
+
+
+def resnet20(channels=1, classes=10):
+    layers = [nn.Conv2d(channels, 16, 3, 1, 1, bias=False), nn.BatchNorm2d(16), nn.ReLU()]
+    cin = 16
+    for cout, stride in ((16, 1), (32, 2), (64, 2)):
+        for b in range(3):
+            layers.append(Block(cin, cout, stride if b == 0 else 1))
+            cin = cout
+    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(64, classes)]
+    return nn.Sequential(*layers)
+
+
+def rate(out):
+    with open(os.path.join(out, "summary.json")) as f:
+        return json.load(f)["images_per_second"]
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--batch", type=int, default=128)
+    parser.add_argument("--cli", default="build/apps/stalepipe/stalepipe")
+    args = parser.parse_args()
+    samples = args.steps * args.batch
+    options = dict(data=f"synthetic:{samples}", batch_size=args.batch, epochs=1, lr=0.05, seed=1, progress="none")
+    work = tempfile.mkdtemp(prefix="python-vs-cli-")
+    torch.manual_seed(0)
+    script = torch.jit.script(resnet20())
+    model_file = os.path.join(work, "resnet20.pt")
+    script.save(model_file)
+    # The DataLoader's samples: float [N, 1, 32, 32] as the built-in loader makes them of synthetic data.
+    g = torch.Generator().manual_seed(0)
+    tensors = torch.utils.data.TensorDataset(torch.randn(samples, 1, 32, 32, generator=g),
+                                             torch.randint(0, 10, (samples,), generator=g))
+    loader = torch.utils.data.DataLoader(tensors, batch_size=args.batch, shuffle=True, num_workers=2)
+
+    def cli(out):
+        flags = [a for k, v in options.items() for a in (f"--{k.replace('_', '-')}", str(v))]
+        subprocess.run([args.cli, "train", "--model-file", model_file, *flags, "--out", out], check=True,
+                       stdout=subprocess.DEVNULL)
+        return rate(out)
+
+    def trainer(out):
+        stalepipe.Trainer(script, out=out, **options).fit()
+        return rate(out)
+
+    def dataloader(out):
+        spec_free = {k: v for k, v in options.items() if k != "data"}
+        stalepipe.Trainer(script, out=out, **spec_free).fit(loader)
+        return rate(out)
+
+    ratios = {"Trainer / CLI": [], "DataLoader / built-in loader": []}
+    print("round | CLI img/s | Trainer img/s | Trainer + DataLoader img/s | Trainer / CLI | DataLoader / built-in")
+    for r in range(1, args.rounds + 1):
+        rates = {name: run(os.path.join(work, f"{name}-{r}")) for name, run in
+                 (("cli", cli), ("trainer", trainer), ("dataloader", dataloader))}
+        a, b = rates["trainer"] / rates["cli"], rates["dataloader"] / rates["trainer"]
+        ratios["Trainer / CLI"].append(a)
+        ratios["DataLoader / built-in loader"].append(b)
+        print(f"{r} | {rates['cli']:.1f} | {rates['trainer']:.1f} | {rates['dataloader']:.1f} | {a:.3f} | {b:.3f}",
+              flush=True)
+    for name, values in ratios.items():
+        print(f"median {name}: {statistics.median(values):.3f} ({len(values)} rounds, "
+              f"{min(values):.3f}..{max(values):.3f})")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
