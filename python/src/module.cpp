@@ -135,14 +135,20 @@ py::dict result_dict(const train::TrainResult& r) {
   return d;
 }
 
-// Ctrl-C while the engine trains: asks the loop to drain and checkpoint (the interpreter's own
-// handler cannot run while this thread is in C++); the interpreter's handler is back afterwards.
+// Ctrl-C while the engine trains: the first asks the loop to drain and checkpoint (the
+// interpreter's own handler cannot run while this thread is in C++), a second ends the process
+// at once, as in the CLI. The interpreter's handler is back afterwards.
 class InterruptScope {
  public:
   InterruptScope() {
     flag().store(false);
     struct sigaction ours {};
-    ours.sa_handler = [](int) { flag().store(true); };
+    ours.sa_handler = [](int) {
+      if (flag().exchange(true)) {
+        std::signal(SIGINT, SIG_DFL);
+        std::raise(SIGINT);
+      }
+    };
     sigemptyset(&ours.sa_mask);
     sigaction(SIGINT, &ours, &previous_);
   }
