@@ -2,9 +2,10 @@
 """What the Python front end costs: ResNet-20 written in Python, trained by stalepipe.Trainer and by
 `stalepipe train --model-file` on the same scripted file, options and threads, and by Trainer on an
 in-memory TensorDataset read through a DataLoader (2 workers). The runs alternate round by round,
-so that a machine whose speed drifts slows both sides of a ratio alike; the rate is summary.json's
-images_per_second (training only, evaluation excluded). Prints each round and the medians of
-Trainer / CLI and DataLoader / built-in loader (Trainer with a data spec).
+so that a machine whose speed drifts slows both sides of a ratio alike, and each run is a process
+of its own, as a user's script or the CLI is; the rate is summary.json's images_per_second
+(training only, evaluation excluded). Prints each round and the medians of Trainer / CLI and
+DataLoader / built-in loader (Trainer with a data spec).
 
     PYTHONPATH=build/python /usr/bin/python3 bench/python_vs_cli.py [--rounds 5] [--steps 200]
 """
@@ -51,46 +52,62 @@ def rate(out):
         return json.load(f)["images_per_second"]
 
 
+def options(args):
+    return dict(data=f"synthetic:{args.steps * args.batch}", batch_size=args.batch, epochs=1, lr=0.05, seed=1,
+                progress="none")
+
+
+def run_one(args):
+    """One run in this process: --one trainer|dataloader OUT, the network from --model-file."""
+    kind, out = args.one
+    script = torch.jit.load(args.model_file)
+    if kind == "trainer":
+        stalepipe.Trainer(script, out=out, **options(args)).fit()
+        return
+    # The DataLoader's samples: float [N, 1, 32, 32], as the built-in loader makes them of synthetic data.
+    samples = args.steps * args.batch
+    g = torch.Generator().manual_seed(0)
+    tensors = torch.utils.data.TensorDataset(torch.randn(samples, 1, 32, 32, generator=g),
+                                             torch.randint(0, 10, (samples,), generator=g))
+    loader = torch.utils.data.DataLoader(tensors, batch_size=args.batch, shuffle=True, num_workers=2)
+    spec_free = {k: v for k, v in options(args).items() if k != "data"}
+    stalepipe.Trainer(script, out=out, **spec_free).fit(loader)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--batch", type=int, default=128)
     parser.add_argument("--cli", default="build/apps/stalepipe/stalepipe")
+    parser.add_argument("--one", nargs=2, metavar=("KIND", "OUT"), help=argparse.SUPPRESS)
+    parser.add_argument("--model-file", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    samples = args.steps * args.batch
-    options = dict(data=f"synthetic:{samples}", batch_size=args.batch, epochs=1, lr=0.05, seed=1, progress="none")
+    if args.one:
+        return run_one(args)
     work = tempfile.mkdtemp(prefix="python-vs-cli-")
     torch.manual_seed(0)
-    script = torch.jit.script(resnet20())
     model_file = os.path.join(work, "resnet20.pt")
-    script.save(model_file)
-    # The DataLoader's samples: float [N, 1, 32, 32] as the built-in loader makes them of synthetic data.
-    g = torch.Generator().manual_seed(0)
-    tensors = torch.utils.data.TensorDataset(torch.randn(samples, 1, 32, 32, generator=g),
-                                             torch.randint(0, 10, (samples,), generator=g))
-    loader = torch.utils.data.DataLoader(tensors, batch_size=args.batch, shuffle=True, num_workers=2)
+    torch.jit.script(resnet20()).save(model_file)
+    common = ["--steps", str(args.steps), "--batch", str(args.batch), "--model-file", model_file]
 
     def cli(out):
-        flags = [a for k, v in options.items() for a in (f"--{k.replace('_', '-')}", str(v))]
+        flags = [a for k, v in options(args).items() for a in (f"--{k.replace('_', '-')}", str(v))]
         subprocess.run([args.cli, "train", "--model-file", model_file, *flags, "--out", out], check=True,
                        stdout=subprocess.DEVNULL)
         return rate(out)
 
-    def trainer(out):
-        stalepipe.Trainer(script, out=out, **options).fit()
-        return rate(out)
-
-    def dataloader(out):
-        spec_free = {k: v for k, v in options.items() if k != "data"}
-        stalepipe.Trainer(script, out=out, **spec_free).fit(loader)
-        return rate(out)
+    def python(kind):
+        def run(out):
+            subprocess.run([sys.executable, __file__, "--one", kind, out, *common], check=True)
+            return rate(out)
+        return run
 
     ratios = {"Trainer / CLI": [], "DataLoader / built-in loader": []}
     print("round | CLI img/s | Trainer img/s | Trainer + DataLoader img/s | Trainer / CLI | DataLoader / built-in")
     for r in range(1, args.rounds + 1):
         rates = {name: run(os.path.join(work, f"{name}-{r}")) for name, run in
-                 (("cli", cli), ("trainer", trainer), ("dataloader", dataloader))}
+                 (("cli", cli), ("trainer", python("trainer")), ("dataloader", python("dataloader")))}
         a, b = rates["trainer"] / rates["cli"], rates["dataloader"] / rates["trainer"]
         ratios["Trainer / CLI"].append(a)
         ratios["DataLoader / built-in loader"].append(b)

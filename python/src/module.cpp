@@ -16,6 +16,7 @@
 #include "python_batches.h"
 #include "python_errors.h"
 #include "stalepipe/api/option_fields.h"
+#include "stalepipe/common/malloc_tuning.h"
 #include "stalepipe/models/torchscript.h"
 #include "stalepipe/stalepipe.h"
 #include "stalepipe/train/run_data.h"
@@ -251,6 +252,9 @@ PYBIND11_MODULE(_core, m) {
   using namespace stalepipe;
   using namespace stalepipe::python;
   m.doc() = "stalepipe's engine; use stalepipe.Trainer";
+  // As the CLI does first thing: a training step reuses the memory the last one freed instead
+  // of returning it to the system and faulting it in again (common/malloc_tuning.h).
+  keep_freed_memory();
   m.attr("version") = c10::str(STALEPIPE_VERSION_MAJOR, ".", STALEPIPE_VERSION_MINOR, ".", STALEPIPE_VERSION_PATCH);
   m.attr("torch_version") = TORCH_VERSION;  // the LibTorch it was built against
   static py::exception<RuntimeError> error(m, "Error", PyExc_RuntimeError);
