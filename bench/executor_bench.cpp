@@ -38,7 +38,7 @@ struct Rig {
     const auto plan = partition::make_plan(model, ppv);
     K = plan.num_partitions();
     pipeline = std::make_unique<exec::Pipeline>(model, plan, std::vector<torch::Device>(K, torch::kCPU),
-                                                optim::SgdOptions().momentum(0.9));
+                                                optim::UpdateOptions().momentum(0.9));
     executor = exec::make_executor(exec::executor_from_name(executor_name));
     for (int i = 0; i < 4; ++i) {
       inputs.push_back({torch::randn({kBatch, 1, 32, 32}), torch::randint(0, 10, {kBatch}, torch::kLong)});

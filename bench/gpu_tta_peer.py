@@ -4,7 +4,8 @@ recipe of experiments/time-to-accuracy-resnet56-gpu.json (scripts/gpu-check.sh t
 
     python3 bench/gpu_tta_peer.py --seed 1 --precision fp32 --json OUT.jsonl
 trains ResNet-56 on Fashion-MNIST for 4 epochs of mini-batches of 128 (the last partial one
-dropped), SGD lr 0.1 (momentum 0.9, weight decay 5e-4 on every parameter), one epoch of linear
+dropped), SGD lr 0.1 (momentum 0.9, weight decay 5e-4 on every parameter; or --optimizer adamw
+with --betas and --eps, its weight decay decoupled, as stalepipe's), one epoch of linear
 warm-up then cosine to 0 per step as stalepipe's schedule, channels-last, evaluating the whole
 test set every 156 steps and at each epoch end; it prints each evaluation and the first
 training seconds at which each target (85, 90, 92 %) was reached, and appends one JSON line
@@ -121,7 +122,11 @@ def train(args, device, data):
     """Trains and returns the evaluations: [{step, epoch, wall_seconds, test_accuracy}]."""
     (train_x, train_y), (test_x, test_y) = data
     model = gpu_peer.make_model(args.model, args.layout, device, seed=args.seed)
-    opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum, weight_decay=args.weight_decay)
+    if args.optimizer == "adamw":  # stalepipe's --optimizer adamw: decoupled weight decay on every parameter
+        opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=tuple(args.beta_pair), eps=args.eps,
+                                weight_decay=args.weight_decay)
+    else:
+        opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum, weight_decay=args.weight_decay)
     step_fn = gpu_peer.train_step(model, opt, args.precision, device, compiled=False)
     n = train_x.shape[0]
     steps_per_epoch = n // args.batch_size
@@ -175,7 +180,10 @@ def parser():
     ap.add_argument("--epochs", type=int, default=4)
     ap.add_argument("--batch-size", type=int, default=128)
     ap.add_argument("--lr", type=float, default=0.1)
-    ap.add_argument("--momentum", type=float, default=0.9)
+    ap.add_argument("--optimizer", choices=["sgd", "adamw"], default="sgd")
+    ap.add_argument("--momentum", type=float, default=0.9, help="sgd")
+    ap.add_argument("--betas", default="0.9,0.999", help="adamw: beta1,beta2")
+    ap.add_argument("--eps", type=float, default=1e-8, help="adamw")
     ap.add_argument("--weight-decay", type=float, default=5e-4)
     ap.add_argument("--warmup-epochs", type=float, default=1.0)
     ap.add_argument("--eval-every", type=int, default=156, help="steps (also at each epoch end)")
@@ -196,6 +204,12 @@ def check(args):
         args.target_list = [float(t) for t in args.targets.split(",")]
     except ValueError:
         raise gpu_peer.PeerError(f"--targets {args.targets}: expected comma-separated percentages")
+    try:
+        args.beta_pair = [float(b) for b in args.betas.split(",")]
+    except ValueError:
+        raise gpu_peer.PeerError(f"--betas {args.betas}: expected beta1,beta2")
+    if len(args.beta_pair) != 2 or not all(0 <= b < 1 for b in args.beta_pair) or args.eps <= 0:
+        raise gpu_peer.PeerError(f"--betas {args.betas} --eps {args.eps}: betas are two rates in [0, 1), eps > 0")
     for name in ("epochs", "batch_size", "eval_batch_size"):
         if getattr(args, name) < 1:
             raise gpu_peer.PeerError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
@@ -221,6 +235,7 @@ def main():
     seconds = evaluations[-1]["wall_seconds"]
     result = {"who": "pytorch-eager", "config": "pytorch-eager", "seed": args.seed, "model": args.model,
               "batch_size": args.batch_size, "layout": args.layout, "precision": args.precision,
+              "optimizer": args.optimizer,
               **gpu_peer.switches(), "epochs": args.epochs,
               "steps": steps, "train_seconds": seconds,
               "images_per_second": round(steps * args.batch_size / seconds, 1) if seconds > 0 else None,

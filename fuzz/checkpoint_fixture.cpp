@@ -15,7 +15,7 @@ const CheckpointFixture& checkpoint_fixture() {
     input.channels = 1;
     static const models::Model model = models::make_model("lenet5", input);
     static const partition::Plan plan = partition::make_plan(model, partition::parse_ppv("2"));
-    static exec::Pipeline pipeline(model, plan, {torch::kCPU, torch::kCPU}, optim::SgdOptions());
+    static exec::Pipeline pipeline(model, plan, {torch::kCPU, torch::kCPU}, optim::UpdateOptions());
     exec::CheckpointInfo info;
     info.step = 4;
     info.ppv = "2";

@@ -1,7 +1,7 @@
 // The CLI's edge: flags <-> option-tree fields. Each stored field of the tree (the registry,
 // api/option_fields.h) has one flag: its name with '-' for '_' (train_subset:
-// --train-subset), but for a few exceptions (ppv: --pipeline, dataset: --data), and its help
-// is the registry's. The library names fields in its messages ("PipelineOptions::ppv 9:
+// --train-subset), but for a few exceptions (ppv: --pipeline, dataset: --data, algorithm:
+// --optimizer), and its help is the registry's. The library names fields in its messages ("PipelineOptions::ppv 9:
 // ..."); the CLI shows the flag instead ("--pipeline 9: ...").
 #pragma once
 

@@ -85,11 +85,18 @@ Assembly plan_pipeline(models::Model& model, const Options& options, bool want_p
   return a;
 }
 
-optim::SgdOptions sgd_options(const OptimizerOptions& o, int64_t steps_per_epoch) {
-  return optim::SgdOptions()
+optim::UpdateOptions update_options(const OptimizerOptions& o, int64_t steps_per_epoch) {
+  const optim::UpdateOptions defaults;
+  const auto& betas = o.betas();
+  return optim::UpdateOptions()
+      .kind(o.algorithm())
       .momentum(o.momentum())
       .weight_decay(o.weight_decay())
       .nesterov(o.nesterov())
+      .beta1(betas.empty() ? defaults.beta1() : betas[0])
+      .beta2(betas.empty() ? defaults.beta2() : betas[1])
+      .eps(o.eps())
+      .delay_nesterov(o.delay_nesterov())
       .delay_aware_lr(o.delay_aware_lr())
       .delay_lr_anneal_steps(std::llround(o.delay_lr_anneal_epochs() * static_cast<double>(steps_per_epoch)))
       .weight_prediction(o.weight_prediction())
@@ -109,7 +116,7 @@ uint64_t replica_seed(uint64_t seed, int replica) {
 std::unique_ptr<exec::Pipeline> build_stages(models::Model& model, const Assembly& a, const Options& options,
                                              int64_t steps_per_epoch, int replica) {
   const OptimizerOptions& o = options.optimizer();
-  auto pipeline = std::make_unique<exec::Pipeline>(model, a.plan, a.devices, sgd_options(o, steps_per_epoch),
+  auto pipeline = std::make_unique<exec::Pipeline>(model, a.plan, a.devices, update_options(o, steps_per_epoch),
                                                    exec::Objective{o.loss(), o.metric()},
                                                    replica_seed(options.run().seed(), replica), memory_format(options),
                                                    options.pipeline().precision());

@@ -67,6 +67,7 @@ struct Name {
   static void read(const json& j, ScheduleKind& v, const std::string& f) { v = schedule::schedule_from_name(j.get<std::string>(), f); }
   static void read(const json& j, ExecutorKind& v, const std::string& f) { v = exec::executor_from_name(j.get<std::string>(), f); }
   static void read(const json& j, LrScheduleKind& v, const std::string& f) { v = optim::lr_schedule_from_name(j.get<std::string>(), f); }
+  static void read(const json& j, OptimizerKind& v, const std::string& f) { v = optim::optimizer_from_name(j.get<std::string>(), f); }
   static void read(const json& j, ProgressMode& v, const std::string& f) { v = progress_from_name(j.get<std::string>(), f); }
   static void read(const json& j, exec::Precision& v, const std::string& f) { v = exec::precision_from_name(j.get<std::string>(), f); }
 };

@@ -55,6 +55,38 @@ void check_run(const RunOptions& o) {
                "the model file ", o.model_file(), " brings its own");
 }
 
+// The rule (sgd or adamw), its own hyperparameters, and the mitigations that act on SGD's
+// momentum.
+void check_update_rule(const OptimizerOptions& o) {
+  const OptimizerOptions defaults;
+  const std::string rule = c10::str(field_name(Field::algorithm), " ", optim::to_string(o.algorithm()));
+  SP_CHECK_ARG(o.betas().empty() || o.betas().size() == 2, field_name(Field::betas),
+               " takes two rates, beta1,beta2; got ", o.betas().size());
+  for (double beta : o.betas()) {
+    SP_CHECK_ARG(beta >= 0 && beta < 1, field_name(Field::betas), " must each lie in [0, 1), got ", beta);
+  }
+  SP_CHECK_ARG(o.eps() > 0, field_name(Field::eps), " must be > 0, got ", o.eps());
+  if (o.algorithm() == OptimizerKind::kAdamW) {
+    SP_CHECK_ARG(o.momentum() == defaults.momentum(), field_name(Field::momentum), " ", o.momentum(),
+                 " is SGD's; under ", rule, " the first moment decays at beta1 (", field_name(Field::betas), ")");
+    const std::pair<Field, bool> of_momentum[] = {{Field::nesterov, o.nesterov()},
+                                                  {Field::spike_compensation, o.spike_compensation()},
+                                                  {Field::weight_prediction, o.weight_prediction()},
+                                                  {Field::delay_nesterov, o.delay_nesterov()}};
+    for (const auto& [field, set] : of_momentum) {
+      SP_CHECK_ARG(!set, field_name(field), " acts on SGD's momentum; ", rule, " has none");
+    }
+  } else {
+    SP_CHECK_ARG(o.betas().empty(), field_name(Field::betas), " applies to adamw, not ", rule);
+    SP_CHECK_ARG(o.eps() == defaults.eps(), field_name(Field::eps), " applies to adamw, not ", rule);
+  }
+  SP_CHECK_ARG(!o.delay_nesterov() || (o.momentum() > 0 && o.momentum() < 1), field_name(Field::delay_nesterov),
+               " looks ahead along the momentum; it needs momentum between 0 and 1, got ", o.momentum());
+  SP_CHECK_ARG(!o.delay_nesterov() || (!o.weight_prediction() && !o.spike_compensation()),
+               field_name(Field::delay_nesterov), " moves the look-ahead itself; it does not combine with ",
+               field_name(o.weight_prediction() ? Field::weight_prediction : Field::spike_compensation));
+}
+
 void check_optimizer(const OptimizerOptions& o) {
   SP_CHECK_ARG(o.lr() > 0 && std::isfinite(o.lr()), field_name(Field::lr), " must be a positive number, got ", o.lr());
   SP_CHECK_ARG(o.momentum() >= 0, field_name(Field::momentum), " must be >= 0, got ", o.momentum());
@@ -70,6 +102,7 @@ void check_optimizer(const OptimizerOptions& o) {
   SP_CHECK_ARG(!o.spike_compensation() || (!o.nesterov() && o.momentum() < 1), field_name(Field::spike_compensation),
                " needs plain momentum below 1 (not nesterov), got momentum ", o.momentum(),
                o.nesterov() ? " with nesterov" : "");
+  check_update_rule(o);
   const auto& milestones = o.lr_milestones();
   for (size_t i = 0; i < milestones.size(); ++i) {
     SP_CHECK_ARG(milestones[i] > 0 && (i == 0 || milestones[i] > milestones[i - 1]), field_name(Field::lr_milestones),
@@ -114,6 +147,8 @@ void check_graphs(const Options& options) {
   const PipelineOptions& o = options.pipeline();
   if (!o.cuda_graphs()) return;
   const std::string& name = field_name(Field::cuda_graphs);
+  SP_CHECK_ARG(options.optimizer().algorithm() == OptimizerKind::kSgd, name, " and ", field_name(Field::algorithm),
+               " adamw do not combine: the graphs capture SGD's update only");
   SP_CHECK_ARG(o.recompute() == 0, name, " and ", field_name(Field::recompute),
                " do not combine: a replayed backward does not recompute");
   SP_CHECK_ARG(options.run().dropout() == 0, name, " and ", field_name(Field::dropout), " ", options.run().dropout(),
@@ -134,6 +169,10 @@ void check_options(const Options& options) {
   check_data(options.data());
   check_run(options.run());
   check_optimizer(options.optimizer());
+  // The look-ahead assumes one weight copy: a stashed forward already sees old weights.
+  SP_CHECK_ARG(!options.optimizer().delay_nesterov() || options.pipeline().schedule() != ScheduleKind::kOneFOneB,
+               field_name(Field::delay_nesterov), " and ", field_name(Field::schedule),
+               " 1f1b-stash do not combine: the look-ahead stands in for the stashed weights");
   check_pipeline(options.pipeline(), options.data().batch_size());
   check_graphs(options);
 }

@@ -17,7 +17,7 @@ StageUnits stage_units(const models::Model& model, const partition::Plan& plan, 
 }
 
 Pipeline::Pipeline(const models::Model& model, const partition::Plan& plan,
-                   const std::vector<torch::Device>& devices, optim::SgdOptions sgd, Objective objective,
+                   const std::vector<torch::Device>& devices, optim::UpdateOptions update, Objective objective,
                    uint64_t seed, torch::MemoryFormat memory_format, Precision precision) {
   const int K = plan.num_partitions();
   SP_CHECK_ARG(static_cast<int>(devices.size()) == K, "pipeline of ", K, " partitions needs ", K,
@@ -29,7 +29,7 @@ Pipeline::Pipeline(const models::Model& model, const partition::Plan& plan,
     StageUnits units = stage_units(model, plan, k);
     stages_.push_back(std::make_unique<Stage>(units.module, StageOptions(k, K)
                                                                 .device(devices[k])
-                                                                .sgd(sgd)
+                                                                .update(update)
                                                                 .objective(objective)
                                                                 .seed(seed)
                                                                 .first_unit(plan.unit_ranges.at(k).first)

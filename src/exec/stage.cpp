@@ -32,8 +32,7 @@ Stage::Stage(torch::nn::Sequential module, StageOptions options)
   module_->to(device_);
   models::to_memory_format(*module_, memory_format_);  // before the optimizer keeps any state
   module_->train();
-  optimizer_ = std::make_unique<optim::Sgd>(module_->parameters(), options.sgd(),
-                                            models::scale_invariant_weights(*module_));
+  optimizer_ = optim::make_optimizer(module_->parameters(), options.update(), models::scale_invariant_weights(*module_));
   for (size_t u = 0; u < module_->size(); ++u) writes_input_.push_back(models::writes_its_input(*module_->ptr(u)));
   for (size_t u = 0; u < recompute_units_; ++u) {
     const auto& unit = *module_->ptr(u);

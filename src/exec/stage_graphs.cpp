@@ -155,12 +155,12 @@ std::vector<std::pair<std::string, torch::Tensor>> Stage::fixed_tensors(int slot
       all.emplace_back("skip input " + skip_inputs_[i] + "'s gradient", p.skip_inputs[i].grad());
     }
   }
-  const auto& momentum = optimizer_->momentum_buffers();  // in the parameters' order
-  size_t i = 0;
+  size_t i = 0;  // the optimizer's state is in the parameters' order
   for (const auto& param : module_->named_parameters()) {
     all.emplace_back("parameter " + param.key(), param.value());
     all.emplace_back("parameter " + param.key() + "'s gradient", param.value().grad());
-    all.emplace_back("parameter " + param.key() + "'s momentum buffer", momentum.at(i++));
+    for (auto& [name, state] : optimizer_->state_of(i)) all.emplace_back("parameter " + param.key() + "'s " + name, state);
+    ++i;
   }
   for (const auto& buffer : module_->named_buffers()) all.emplace_back("buffer " + buffer.key(), buffer.value());
   return all;

@@ -68,7 +68,7 @@ std::vector<PartitionShapes> partition_shapes(const MemoryOptions& o, const std:
   torch::manual_seed(o.training.run().seed());
   auto model = models::make_model(o.training.run().model(), input_shape(o));
   const auto plan = partition::make_plan(model, ppv);
-  exec::Pipeline pipeline(model, plan, std::vector<torch::Device>(plan.num_partitions(), torch::kCPU), optim::SgdOptions());
+  exec::Pipeline pipeline(model, plan, std::vector<torch::Device>(plan.num_partitions(), torch::kCPU), optim::UpdateOptions());
   auto shapes_of = [](const exec::StageTensors& t) {
     std::vector<std::vector<int64_t>> shapes = {t.main.sizes().vec()};
     for (const auto& skip : t.skips) shapes.push_back(skip.sizes().vec());
@@ -173,7 +173,7 @@ std::vector<int64_t> measure_partition_peaks(const MemoryOptions& o, const std::
         const auto plan = partition::make_plan(model, ppv, o.training.pipeline().recompute(), field_name(Field::ppv), field_name(Field::recompute));
         exec::StageUnits units = exec::stage_units(model, plan, k);
         stage = std::make_unique<exec::Stage>(units.module, exec::StageOptions(k, K)
-                                                                .sgd(sgd_options(OptimizerOptions(), 0))
+                                                                .update(update_options(OptimizerOptions(), 0))
                                                                 .seed(o.training.run().seed())
                                                                 .first_unit(plan.unit_ranges.at(k).first)
                                                                 .memory_format(format)

@@ -156,6 +156,31 @@ TEST(Cli, NormMitigationsNeedABatchNormModelAndTheHybridSchedule) {
                         "--hybrid-norm-reset needs schedule hybrid");
 }
 
+// The optimizer's options: each refusal is one line naming the flag and the reason, exit 2.
+TEST(Cli, OptimizerOptionsThatDoNotApplyAreOneLineErrors) {
+  expect_one_line_error(run_cli(with(kSmallRun, {"--optimizer", "adam"})), 2,
+                        "--optimizer 'adam': not an optimizer; choose sgd or adamw");
+  const auto adamw = [](std::vector<std::string> more) {
+    more.insert(more.begin(), {"--optimizer", "adamw"});
+    return with(kSmallRun, more);
+  };
+  expect_one_line_error(run_cli(adamw({"--betas", "0.9,1"})), 2, "--betas must each lie in [0, 1), got 1");
+  expect_one_line_error(run_cli(adamw({"--betas", "0.9"})), 2, "--betas takes two rates, beta1,beta2; got 1");
+  expect_one_line_error(run_cli(adamw({"--eps", "0"})), 2, "--eps must be > 0, got 0");
+  expect_one_line_error(run_cli(adamw({"--momentum", "0.5"})), 2,
+                        "--momentum 0.5 is SGD's; under --optimizer adamw the first moment decays at beta1 (--betas)");
+  expect_one_line_error(run_cli(adamw({"--delay-nesterov"})), 2,
+                        "--delay-nesterov acts on SGD's momentum; --optimizer adamw has none");
+  expect_one_line_error(run_cli(with(kSmallRun, {"--betas", "0.9,0.99"})), 2,
+                        "--betas applies to adamw, not --optimizer sgd");
+  expect_one_line_error(run_cli(with(kSmallRun, {"--delay-nesterov", "--weight-prediction"})), 2,
+                        "--delay-nesterov moves the look-ahead itself; it does not combine with --weight-prediction");
+  expect_one_line_error(run_cli(with(kSmallRun, {"--delay-nesterov", "--momentum", "0"})), 2,
+                        "--delay-nesterov looks ahead along the momentum; it needs momentum between 0 and 1, got 0");
+  expect_one_line_error(run_cli(with(kSmallRun, {"--delay-nesterov", "--schedule", "1f1b-stash"})), 2,
+                        "--delay-nesterov and --schedule 1f1b-stash do not combine");
+}
+
 TEST(Cli, SweepBadSelectionsAndChangedFilesExitTwo) {
   TempDir dir;
   const std::string file = dir.path() + "/tiny.json";
@@ -216,10 +241,11 @@ TEST(Cli, HelpLayersAndSchedule) {
   EXPECT_NE(schedule.out.find("3\t0\t1"), std::string::npos) << schedule.out;
 }
 
-// The flag of a field of the option tree: its name with dashes, but for the two exceptions.
+// The flag of a field of the option tree: its name with dashes, but for the three exceptions.
 std::string flag_of(const OptionField& f) {
   if (f.field == Field::ppv) return "--pipeline";
   if (f.field == Field::dataset) return "--data";
+  if (f.field == Field::algorithm) return "--optimizer";
   std::string flag = "--" + f.name;
   std::replace(flag.begin(), flag.end(), '_', '-');
   return flag;
@@ -429,6 +455,13 @@ TEST(Cli, KilledRunWithDropoutResumesToTheSameResult) {
   expect_killed_run_resumes_to_the_same_result(
       with(kSmallRun, {"--model", "alexnet", "--dropout", "0.5", "--pipeline", "3,6", "--threads", "3",
                        "--data", "synthetic:128", "--test-subset", "32"}));
+}
+
+// AdamW's moments and counts, and the delay-corrected look-ahead, live in the checkpoint too.
+TEST(Cli, KilledRunWithAdamWOrTheLookAheadResumesToTheSameResult) {
+  expect_killed_run_resumes_to_the_same_result(
+      with(kSmallRun, {"--optimizer", "adamw", "--lr", "0.002", "--betas", "0.8,0.99", "--weight-decay", "0.05"}));
+  expect_killed_run_resumes_to_the_same_result(with(kSmallRun, {"--delay-nesterov", "--delay-aware-lr"}));
 }
 
 TEST(Cli, InterruptDrainsAndCheckpoints) {

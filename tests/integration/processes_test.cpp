@@ -156,7 +156,9 @@ TEST(Processes, NewSchedulesMitigationsAndBf16EqualEmulated) {
   const std::vector<std::vector<std::string>> variants = {
       {"--schedule", "gpipe", "--micro-batches", "4"},
       {"--schedule", "1f1b-stash", "--weight-prediction", "--spike-compensation", "--delay-aware-lr"},
-      {"--precision", "bf16"}};
+      {"--precision", "bf16"},
+      {"--delay-nesterov", "--delay-aware-lr", "--warmup-epochs", "0.5"},
+      {"--optimizer", "adamw", "--lr", "0.002", "--betas", "0.8,0.99", "--eps", "1e-7", "--weight-decay", "0.05"}};
   for (const auto& extra : variants) {
     TempDir dir;
     const std::string ref = dir.file("emulated"), run = dir.file("processes");

@@ -64,7 +64,10 @@ INSTANTIATE_TEST_SUITE_P(Models, ReplicaProcessesEqualThreads,
                                            ReplicaCase{"resnet20", "resnet20", "8", {}},
                                            ReplicaCase{"lenet5_gpipe", "lenet5", "2", {"--schedule", "gpipe", "--micro-batches", "2"}},
                                            ReplicaCase{"lenet5_1f1b_prediction_recompute", "lenet5", "2",
-                                                       {"--schedule", "1f1b-stash", "--weight-prediction", "--recompute", "1"}}),
+                                                       {"--schedule", "1f1b-stash", "--weight-prediction", "--recompute", "1"}},
+                                           ReplicaCase{"lenet5_adamw", "lenet5", "2",
+                                                       {"--optimizer", "adamw", "--lr", "0.002", "--weight-decay", "0.05"}},
+                                           ReplicaCase{"lenet5_delay_nesterov", "lenet5", "2", {"--delay-nesterov"}}),
                          [](const auto& info) { return info.param.name; });
 
 class ReplicaKill : public ::testing::TestWithParam<std::pair<std::string, std::string>> {};

@@ -77,7 +77,7 @@ void run_segment(const RunSpec& spec, exec::Pipeline& pipeline,
 exec::Pipeline make_pipeline(const RunSpec& spec, const models::Model& model) {
   const auto plan = partition::make_plan(model, spec.ppv, spec.recompute);
   return exec::Pipeline(model, plan, std::vector<torch::Device>(plan.num_partitions(), spec.device),
-                        optim::SgdOptions()
+                        optim::UpdateOptions()
                             .momentum(spec.momentum)
                             .weight_decay(kWeightDecay)
                             .delay_aware_lr(spec.delay_aware_lr)

@@ -164,7 +164,7 @@ std::vector<PartitionTensors> checkpoint_tensors(const std::string& run_dir, con
   auto model = models::make_model(model_name, input);
   const auto plan = partition::make_plan(model, partition::parse_ppv(ppv));
   exec::Pipeline pipeline(model, plan, std::vector<torch::Device>(plan.num_partitions(), torch::kCPU),
-                          optim::SgdOptions());
+                          optim::UpdateOptions());
   exec::load_checkpoint(run_dir, pipeline.stages());
   std::vector<PartitionTensors> out;
   for (int k = 0; k < pipeline.num_stages(); ++k) {

@@ -61,7 +61,7 @@ std::unique_ptr<exec::Pipeline> build_stages(models::Model& model, const Assembl
 // for replica 0, unrelated seeds for the others, so that the replicas' masks differ.
 uint64_t replica_seed(uint64_t seed, int replica);
 
-// The per-partition SGD settings the option tree implies.
-optim::SgdOptions sgd_options(const OptimizerOptions& options, int64_t steps_per_epoch);
+// The per-partition optimizer settings the option tree implies.
+optim::UpdateOptions update_options(const OptimizerOptions& options, int64_t steps_per_epoch);
 
 }  // namespace stalepipe

@@ -30,6 +30,7 @@
 #include "stalepipe/exec/precision.h"
 #include "stalepipe/exec/process_group_options.h"
 #include "stalepipe/optim/lr_schedule.h"
+#include "stalepipe/optim/optimizer_kind.h"
 #include "stalepipe/partition/balance.h"
 #include "stalepipe/schedule/schedule.h"
 
@@ -40,6 +41,7 @@ using exec::ExecutorKind;
 using schedule::ScheduleKind;
 
 using optim::LrScheduleKind;
+using optim::OptimizerKind;
 enum class ProgressMode { kAuto, kBar, kLines, kNone };
 // The memory layout of 4-D weights, activations and registers (models/memory_format.h).
 // kAuto: the one measured fastest for the zoo network (models::prefers_channels_last), NCHW
@@ -178,14 +180,20 @@ struct TrainingPoint {
   X(bool, cuda_graphs, false, "cuda_graphs", Plain, Never, "--cuda-graphs",                                                \
     "CUDA partitions replay each pass as a CUDA graph after 2 eager steps (no dropout, recompute or replicas; other shapes run eagerly)")
 
-// SGD, its learning rate over time, the staleness mitigations (optim/sgd.h has the formulas;
-// docs/design.md, "Mitigations") and the loss: a name (exec/loss.h) or any function of
+// The optimizer (SGD or AdamW), its learning rate over time, the staleness mitigations
+// (optim/optimizer.h, sgd.h and adamw.h have the formulas; docs/design.md, "Mitigations") and the loss: a name (exec/loss.h) or any function of
 // (output, target); by default mean cross-entropy of logits against class indices.
 #define SP_OPTIMIZER_OPTION_FIELDS(X)                                                              \
+  X(OptimizerKind, algorithm, OptimizerKind::kSgd, "optimizer", Name, UnlessDefault, "--optimizer",                      \
+    "sgd | adamw (decoupled weight decay; its state per partition)")                               \
   X(double, lr, 0.05, "lr", Plain, Always, "--lr", "base learning rate")                                           \
   X(double, momentum, 0.9, "momentum", Plain, Always, "--momentum", "SGD momentum")                                      \
-  X(double, weight_decay, 5e-4, "weight_decay", Plain, Always, "--weight-decay", "L2 weight decay")                          \
+  X(double, weight_decay, 5e-4, "weight_decay", Plain, Always, "--weight-decay",                                         \
+    "weight decay: L2 in the gradient (sgd), decoupled (adamw)")                                   \
   X(bool, nesterov, false, "nesterov", Plain, Always, "--nesterov", "Nesterov momentum")                                 \
+  X(std::vector<double>, betas, {}, "betas", Plain, UnlessDefault, "--betas",                                            \
+    "adamw: the moments' decay rates beta1,beta2, each in [0, 1) (default 0.9,0.999)")              \
+  X(double, eps, 1e-8, "eps", Plain, UnlessDefault, "--eps", "adamw: added to the second moment's root, > 0")             \
   X(LrScheduleKind, lr_schedule, LrScheduleKind::kCosine, "lr_schedule", Name, Always, "--lr-schedule", "constant | step | cosine") \
   X(std::vector<int>, lr_milestones, {}, "lr_milestones", Plain, Always, "--lr-milestones",                                   \
     "epochs at which the step schedule multiplies lr by OptimizerOptions::lr_gamma")              \
@@ -199,6 +207,8 @@ struct TrainingPoint {
     "mitigation: forwards use weights extrapolated D updates ahead along the momentum")            \
   X(bool, spike_compensation, false, "spike_compensation", Plain, UnlessDefault, "--spike-compensation",                                  \
     "mitigation: momentum spike compensation for delayed gradients (Kosson et al.)")               \
+  X(bool, delay_nesterov, false, "delay_nesterov", Plain, UnlessDefault, "--delay-nesterov",                                    \
+    "mitigation: Nesterov's look-ahead moved by each partition's delay, kept in its one weight copy (after Ajanthan et al.)") \
   X(bool, fixed_weight_norm, false, "fixed_weight_norm", Plain, UnlessDefault, "--fixed-weight-norm",                                    \
     "mitigation: weights that feed a batch norm keep their initial norm (stale gradients inflate it)") \
   X(exec::Loss, loss, {}, "loss", LossName, UnlessDefault, "--loss",                                                        \

@@ -26,7 +26,7 @@ class Pipeline {
   // Stage's; each stage recomputes the plan's recomputed units it holds. Where a device is a
   // GPU, sets the process-wide TF32 switches for `precision` (exec/precision.h).
   Pipeline(const models::Model& model, const partition::Plan& plan,
-           const std::vector<torch::Device>& devices, optim::SgdOptions sgd,
+           const std::vector<torch::Device>& devices, optim::UpdateOptions update,
            Objective objective = {}, uint64_t seed = 0,
            torch::MemoryFormat memory_format = torch::MemoryFormat::Contiguous,
            Precision precision = Precision::kFp32);

@@ -6,14 +6,14 @@
 //               are visible) together with the activations saved by forward(t);
 //   update(t)   applies t's gradient at once, in place, keeping no copy of older weights.
 // This falls out of LibTorch's autograd: the graph of forward(t) keeps references to the live
-// weight tensors, and optim::Sgd writes them through `data()` without bumping the version
+// weight tensors, and the optimizer (optim/optimizer.h) writes them through `data()` without bumping the version
 // counter that would otherwise make the pending backward throw.
 // Two schedule or optimizer settings change what a pass sees:
 //   weight stashing (Schedule::stash_weights, PipeDream's 1F1B): the weights forward(t) used
 //       are copied before the first update that would change them (copy on write, one copy
 //       per version in flight), and backward(t) runs with that copy written into the weights,
 //       then the current weights are put back; memory grows by the copies in flight;
-//   weight prediction (SgdOptions::weight_prediction): forward(t) runs with the weights
+//   weight prediction (UpdateOptions::weight_prediction): forward(t) runs with the weights
 //       extrapolated along the momentum by the number of updates it lacks (its delay D),
 //       then the current weights are put back; no old version is kept.
 // Recomputation (recompute_units > 0) changes what is kept, not what is computed: forward(t)
@@ -57,7 +57,7 @@
 #include "stalepipe/exec/loss.h"
 #include "stalepipe/exec/precision.h"
 #include "stalepipe/models/skips.h"
-#include "stalepipe/optim/sgd.h"
+#include "stalepipe/optim/optimizer.h"
 #include "stalepipe/schedule/schedule.h"
 
 namespace stalepipe::exec {
@@ -115,7 +115,7 @@ struct StageOptions {
   TORCH_ARG(int, index);
   TORCH_ARG(int, num_stages);
   TORCH_ARG(torch::Device, device) = torch::kCPU;
-  TORCH_ARG(optim::SgdOptions, sgd);
+  TORCH_ARG(optim::UpdateOptions, update);
   // Used by the last stage only.
   TORCH_ARG(Objective, objective);
   // The run's seed, and the model's index of the module's first unit: unit u's forward of
@@ -228,7 +228,7 @@ class Stage {
   void clear_in_flight();
 
   torch::nn::Sequential& module() { return module_; }
-  optim::Sgd& optimizer() { return *optimizer_; }
+  optim::Optimizer& optimizer() { return *optimizer_; }
 
  private:
   using Weights = std::shared_ptr<const std::vector<torch::Tensor>>;
@@ -301,7 +301,7 @@ class Stage {
   std::vector<std::string> skip_inputs_, skip_outputs_;
   torch::Device device_;
   std::unique_ptr<DeviceStream> stream_;
-  std::unique_ptr<optim::Sgd> optimizer_;
+  std::unique_ptr<optim::Optimizer> optimizer_;
   Objective objective_;
   uint64_t seed_;
   size_t first_unit_;

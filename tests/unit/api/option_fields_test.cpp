@@ -105,7 +105,7 @@ struct SetOtherValue {
 const std::map<std::string, std::string> kOtherText = {
     {"ppv", "2,3"},      {"balance", "params"},   {"schedule", "hybrid"},   {"hybrid_switch", "250s"},
     {"executor", "emulated"}, {"devices", "cpu,cpu"}, {"layout", "channels-last"}, {"lr_schedule", "step"},
-    {"loss", "mse"},     {"progress", "lines"}, {"precision", "bf16"}};
+    {"loss", "mse"},     {"progress", "lines"}, {"precision", "bf16"}, {"algorithm", "adamw"}};
 
 TEST(OptionFields, EveryFieldRoundTripsThroughConfigJson) {
   Options o;
@@ -196,6 +196,9 @@ TEST(OptionFields, CheckOptionsNamesFieldsAsTheRegistryDoes) {
       {Field::lr_gamma, [](Options& o) { o.optimizer().lr_gamma(0); }},
       {Field::lr_milestones, [](Options& o) { o.optimizer().lr_milestones({5, 3}); }},
       {Field::spike_compensation, [](Options& o) { o.optimizer().spike_compensation(true).nesterov(true); }},
+      {Field::eps, [](Options& o) { o.optimizer().algorithm(OptimizerKind::kAdamW).eps(0); }},
+      {Field::betas, [](Options& o) { o.optimizer().algorithm(OptimizerKind::kAdamW).betas({0.9, 1.5}); }},
+      {Field::delay_nesterov, [](Options& o) { o.optimizer().delay_nesterov(true).momentum(0); }},
       {Field::epochs, [](Options& o) { o.run().epochs(0); }},
       {Field::dropout, [](Options& o) { o.run().dropout(1); }},
   };

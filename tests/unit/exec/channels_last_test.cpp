@@ -29,7 +29,7 @@ TEST(ChannelsLast, RegistersAndTheGradientsSentBackStayChannelsLast) {
   input.channels = 1;
   const auto model = models::make_model("resnet8", input);
   const auto plan = partition::make_plan(model, {3});  // after the first residual block
-  Pipeline pipeline(model, plan, {torch::kCPU, torch::kCPU}, optim::SgdOptions(), {}, 1, kChannelsLast);
+  Pipeline pipeline(model, plan, {torch::kCPU, torch::kCPU}, optim::UpdateOptions(), {}, 1, kChannelsLast);
   for (int k = 0; k < 2; ++k) {
     for (const auto& p : pipeline.stage(k).module()->parameters()) {
       // By strides: a weight with one input channel is contiguous in both layouts.

@@ -25,7 +25,7 @@ struct TwoPartitions {
   explicit TwoPartitions(int seed)
       : model((torch::manual_seed(seed), models::make_model("lenet5", input()))),
         plan(partition::make_plan(model, partition::parse_ppv("2"))),
-        pipeline(model, plan, {torch::kCPU, torch::kCPU}, optim::SgdOptions()) {}
+        pipeline(model, plan, {torch::kCPU, torch::kCPU}, optim::UpdateOptions()) {}
   static models::InputShape input() {
     models::InputShape in;
     in.channels = 1;

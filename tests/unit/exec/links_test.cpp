@@ -57,7 +57,7 @@ TEST(Wiring, SkipTensorsGoStraightFromProducerToConsumer) {
   const partition::Plan plan = partition::make_plan(model, {1, 3});
   ASSERT_EQ(plan.skips.size(), 2u);
   EXPECT_EQ(partition::format_skip_routes(plan), "enc1: partition 1 -> 3, enc2: partition 2 -> 3");
-  Pipeline pipeline(model, plan, std::vector<torch::Device>(3, torch::kCPU), optim::SgdOptions());
+  Pipeline pipeline(model, plan, std::vector<torch::Device>(3, torch::kCPU), optim::UpdateOptions());
   const Wiring w = Wiring::pipeline(pipeline.stages());
   ASSERT_EQ(w.routes().size(), 6u);
   EXPECT_EQ(w.find(0, 1, Lane::kActivation).names, (std::vector<std::string>{"activation", "target"}));

@@ -25,6 +25,8 @@ struct Rule {
   int64_t anneal_steps = 0;
   bool weight_prediction = false;
   bool spike_compensation = false;
+  bool delay_nesterov = false;
+  bool adamw = false;  // with beta1 0.9, beta2 0.99, eps 1e-8, no weight decay
 };
 
 // The update rule written out in doubles, following docs/design.md ("Mitigations") rather
@@ -32,7 +34,8 @@ struct Rule {
 // lacked.
 std::vector<double> by_hand(const schedule::Schedule& s, const Rule& rule) {
   using Key = std::pair<int, int64_t>;  // (worker, step)
-  std::vector<double> w(kInitial, kInitial + 3), buf(3, 0.0);
+  std::vector<double> w(kInitial, kInitial + 3), buf(3, 0.0), second(3, 0.0);
+  std::vector<int64_t> adam_steps(3, 0);
   std::vector<bool> has_buf(3, false);
   std::vector<int64_t> last_update(3, s.first_step - 1);
   std::map<Key, double> saved_input, forward_weight, activation, grad_output, weight_grad;
@@ -69,13 +72,22 @@ std::vector<double> by_hand(const schedule::Schedule& s, const Rule& rule) {
         const double grad = weight_grad[key];
         const int d = delay[key];
         double step = grad;
-        if (rule.momentum != 0) {
+        if (rule.adamw) {
+          const int64_t n = ++adam_steps[k];
+          buf[k] = 0.9 * buf[k] + 0.1 * grad;
+          second[k] = 0.99 * second[k] + 0.01 * grad * grad;
+          step = buf[k] / (1 - std::pow(0.9, n)) / (std::sqrt(second[k]) / std::sqrt(1 - std::pow(0.99, n)) + 1e-8);
+        } else if (rule.momentum != 0) {
           buf[k] = has_buf[k] ? rule.momentum * buf[k] + grad : grad;
           has_buf[k] = true;
           step = buf[k];
           if (rule.spike_compensation && d > 0) {
             const double a = std::pow(rule.momentum, d);
             step = a * buf[k] + (1 - a) / (1 - rule.momentum) * grad;
+          }
+          if (rule.delay_nesterov) {  // the stored weights: heavy ball's, c = m + D steps ahead
+            const double c = rule.momentum + d;
+            step = (1 + c - c / rule.momentum) * buf[k] + c / rule.momentum * grad;
           }
         }
         w[k] -= lr_for(d, t) * step;
@@ -97,13 +109,16 @@ std::vector<double> by_engine(const schedule::Schedule& s, const std::string& ex
                               const Rule& rule = {}) {
   std::vector<std::unique_ptr<Stage>> stages;
   std::vector<Stage*> ptrs;
-  const auto sgd = optim::SgdOptions()
+  const auto update = optim::UpdateOptions()
+                       .kind(rule.adamw ? optim::OptimizerKind::kAdamW : optim::OptimizerKind::kSgd)
+                       .beta2(0.99)
                        .momentum(rule.momentum)
                        .weight_decay(0)
                        .delay_aware_lr(rule.delay_aware_lr)
                        .delay_lr_anneal_steps(rule.anneal_steps)
                        .weight_prediction(rule.weight_prediction)
-                       .spike_compensation(rule.spike_compensation);
+                       .spike_compensation(rule.spike_compensation)
+                       .delay_nesterov(rule.delay_nesterov);
   for (int k = 0; k < 3; ++k) {
     torch::nn::Linear linear(torch::nn::LinearOptions(1, 1).bias(false));
     linear->to(torch::kDouble);
@@ -116,7 +131,7 @@ std::vector<double> by_engine(const schedule::Schedule& s, const std::string& ex
     auto squared = [](const torch::Tensor& y, const torch::Tensor& target) {
       return 0.5 * (y - target).pow(2).sum();
     };
-    stages.push_back(std::make_unique<Stage>(seq, StageOptions(k, 3).sgd(sgd).objective(Objective{Loss(squared, "squared")})));
+    stages.push_back(std::make_unique<Stage>(seq, StageOptions(k, 3).update(update).objective(Objective{Loss(squared, "squared")})));
     ptrs.push_back(stages.back().get());
   }
   make_executor(executor_from_name(executor))->run(s, ptrs, test::scalar::context());
@@ -208,6 +223,23 @@ TEST(PplSgd, SpikeCompensation) {
   rule.momentum = 0.9;
   rule.spike_compensation = true;
   expect_engine_matches(schedule::make_stale(3, 0, 9), rule, "spike compensation");
+}
+
+TEST(PplSgd, DelayCorrectedLookAhead) {
+  Rule rule;
+  rule.momentum = 0.9;
+  rule.delay_nesterov = true;
+  expect_engine_matches(schedule::make_stale(3, 0, 9), rule, "delay-corrected look-ahead");
+  rule.delay_aware_lr = true;
+  expect_engine_matches(schedule::make_stale(3, 0, 9), rule, "look-ahead with delay-aware lr");
+}
+
+TEST(PplSgd, AdamWWithItsStatePerPartition) {
+  Rule rule;
+  rule.adamw = true;
+  expect_engine_matches(schedule::make_stale(3, 0, 9), rule, "adamw");
+  rule.delay_aware_lr = true;
+  expect_engine_matches(schedule::make_stale(3, 0, 9), rule, "adamw with delay-aware lr");
 }
 
 TEST(PplSgd, MitigationsCompose) {

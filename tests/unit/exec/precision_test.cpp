@@ -103,7 +103,7 @@ torch::nn::Sequential flatten_linear() {
 
 TEST(Precision, RegistersCarryBf16AndTheMasterWeightsStayFp32) {
   const auto options = [](int k) {
-    return exec::StageOptions(k, 2).sgd(optim::SgdOptions().momentum(0.9)).seed(1).precision(Precision::kBf16);
+    return exec::StageOptions(k, 2).update(optim::UpdateOptions().momentum(0.9)).seed(1).precision(Precision::kBf16);
   };
   exec::Stage first(conv_relu(), options(0));
   exec::Stage last(flatten_linear(), options(1));

@@ -170,7 +170,7 @@ std::vector<double> by_engine(const schedule::Schedule& s, const std::string& ex
     }
     auto squared = [](const torch::Tensor& y, const torch::Tensor& target) { return 0.5 * (y - target).pow(2).sum(); };
     stages.push_back(std::make_unique<Stage>(seq, StageOptions(k, 3)
-                                                      .sgd(optim::SgdOptions().momentum(0).weight_decay(0))
+                                                      .update(optim::UpdateOptions().momentum(0).weight_decay(0))
                                                       .objective(Objective{Loss(squared, "squared")})
                                                       .skips(skips[k])));
     ptrs.push_back(stages.back().get());

@@ -21,7 +21,7 @@ void expect_matches_torch(double momentum, double weight_decay, bool nesterov, d
     torch::NoGradGuard g;
     for (size_t i = 0; i < ours->parameters().size(); ++i) theirs->parameters()[i].copy_(ours->parameters()[i]);
   }
-  Sgd sgd(ours->parameters(), SgdOptions().momentum(momentum).weight_decay(weight_decay).nesterov(nesterov).dampening(dampening));
+  Sgd sgd(ours->parameters(), UpdateOptions().momentum(momentum).weight_decay(weight_decay).nesterov(nesterov).dampening(dampening));
   torch::optim::SGD reference(theirs->parameters(), torch::optim::SGDOptions(0.1)
                                                         .momentum(momentum)
                                                         .weight_decay(weight_decay)
@@ -53,7 +53,7 @@ TEST(Sgd, MatchesTorchOptimSgd) {
 TEST(Sgd, UpdateBetweenForwardAndBackwardIsVisibleToBackward) {
   torch::manual_seed(0);
   torch::nn::Conv2d conv(torch::nn::Conv2dOptions(2, 3, 3).bias(false));
-  Sgd sgd(conv->parameters(), SgdOptions().momentum(0).weight_decay(0));
+  Sgd sgd(conv->parameters(), UpdateOptions().momentum(0).weight_decay(0));
   const auto x = torch::randn({1, 2, 5, 5}, torch::requires_grad());
   const auto y = conv->forward(x);  // graph saves a reference to the weight
   const auto g = torch::randn_like(y);
@@ -68,14 +68,14 @@ TEST(Sgd, UpdateBetweenForwardAndBackwardIsVisibleToBackward) {
 
 TEST(Sgd, SaveLoadRoundTrip) {
   torch::nn::Linear a(3, 2);
-  Sgd sgd(a->parameters(), SgdOptions());
+  Sgd sgd(a->parameters(), UpdateOptions());
   a->forward(torch::ones({1, 3})).sum().backward();
   sgd.step(0.1);
   torch::serialize::OutputArchive out;
   sgd.save(out);
   std::stringstream bytes;
   out.save_to(bytes);
-  Sgd other(a->parameters(), SgdOptions());
+  Sgd other(a->parameters(), UpdateOptions());
   torch::serialize::InputArchive in;
   in.load_from(bytes);
   other.load(in);
@@ -93,7 +93,7 @@ TEST(Sgd, FixedWeightNormRescalesOnlyTheScaleInvariantWeightsToTheirInitialNorm)
   std::vector<torch::Tensor> params = conv->parameters();
   for (const auto& p : other->parameters()) params.push_back(p);
   const double m = 0.9, lr = 0.5;
-  Sgd sgd(params, SgdOptions().momentum(m).weight_decay(0).fixed_weight_norm(true), {conv->weight});
+  Sgd sgd(params, UpdateOptions().momentum(m).weight_decay(0).fixed_weight_norm(true), {conv->weight});
   EXPECT_EQ(sgd.scale_invariant_count(), 1);
   const torch::Tensor w0 = conv->weight.detach().clone(), b0 = other->weight.detach().clone();
   const double norm0 = w0.norm().item<double>();
@@ -121,7 +121,7 @@ TEST(Sgd, FixedWeightNormRescalesOnlyTheScaleInvariantWeightsToTheirInitialNorm)
     torch::NoGradGuard no_grad;
     conv->weight.mul_(3);
   }
-  Sgd resumed(params, SgdOptions().momentum(m).weight_decay(0).fixed_weight_norm(true), {conv->weight});
+  Sgd resumed(params, UpdateOptions().momentum(m).weight_decay(0).fixed_weight_norm(true), {conv->weight});
   torch::serialize::InputArchive in;
   in.load_from(bytes);
   resumed.load(in);
@@ -133,7 +133,7 @@ TEST(Sgd, FixedWeightNormRescalesOnlyTheScaleInvariantWeightsToTheirInitialNorm)
 TEST(Sgd, WithoutTheFlagWeightsLeaveTheirNormUntilResetNorms) {
   torch::manual_seed(2);
   torch::nn::Conv2d conv(torch::nn::Conv2dOptions(2, 3, 3).bias(false));
-  Sgd sgd(conv->parameters(), SgdOptions().momentum(0.9).weight_decay(0), {conv->weight});
+  Sgd sgd(conv->parameters(), UpdateOptions().momentum(0.9).weight_decay(0), {conv->weight});
   const double norm0 = conv->weight.norm().item<double>();
   const torch::Tensor g = torch::randn_like(conv->weight);
   conv->weight.mutable_grad() = g.clone();
@@ -152,7 +152,7 @@ TEST(Sgd, WithoutTheFlagWeightsLeaveTheirNormUntilResetNorms) {
 // step_on_device() (what a CUDA graph captures: lr, a and b read from tensors) against step()
 // with the same values: max |difference| of the weights over 8 updates with a changing lr and
 // delay, relative to the largest weight.
-double device_step_difference(SgdOptions options) {
+double device_step_difference(UpdateOptions options) {
   torch::manual_seed(5);
   torch::nn::Conv2d host(torch::nn::Conv2dOptions(3, 4, 3).bias(false));
   torch::nn::Conv2d device(torch::nn::Conv2dOptions(3, 4, 3).bias(false));
@@ -190,24 +190,83 @@ double device_step_difference(SgdOptions options) {
 // GPU's kernels are not checked here; the graphed-training tests there allow a tolerance.
 TEST(Sgd, StepOnDeviceEqualsStepWithTheSameValues) {
   const double tolerance = 0;  // bit for bit
-  EXPECT_LE(device_step_difference(SgdOptions()), tolerance) << "momentum";
-  EXPECT_LE(device_step_difference(SgdOptions().nesterov(true)), tolerance) << "nesterov";
-  EXPECT_LE(device_step_difference(SgdOptions().momentum(0)), tolerance) << "no momentum";
-  EXPECT_LE(device_step_difference(SgdOptions().weight_decay(0.01)), tolerance) << "weight decay";
-  EXPECT_LE(device_step_difference(SgdOptions().spike_compensation(true)), tolerance) << "spike compensation";
-  EXPECT_LE(device_step_difference(SgdOptions().fixed_weight_norm(true)), tolerance) << "fixed weight norm";
-  EXPECT_LE(device_step_difference(SgdOptions().delay_aware_lr(true).dampening(0.1)), tolerance) << "dampening";
+  EXPECT_LE(device_step_difference(UpdateOptions()), tolerance) << "momentum";
+  EXPECT_LE(device_step_difference(UpdateOptions().nesterov(true)), tolerance) << "nesterov";
+  EXPECT_LE(device_step_difference(UpdateOptions().momentum(0)), tolerance) << "no momentum";
+  EXPECT_LE(device_step_difference(UpdateOptions().weight_decay(0.01)), tolerance) << "weight decay";
+  EXPECT_LE(device_step_difference(UpdateOptions().spike_compensation(true)), tolerance) << "spike compensation";
+  EXPECT_LE(device_step_difference(UpdateOptions().delay_nesterov(true)), tolerance) << "delay-corrected look-ahead";
+  EXPECT_LE(device_step_difference(UpdateOptions().fixed_weight_norm(true)), tolerance) << "fixed weight norm";
+  EXPECT_LE(device_step_difference(UpdateOptions().delay_aware_lr(true).dampening(0.1)), tolerance) << "dampening";
 }
 
 TEST(Sgd, StepOnDeviceNeedsTheMomentumBuffersOfOneStep) {
   torch::nn::Linear net(3, 2);
-  Sgd sgd(net->parameters(), SgdOptions());
+  Sgd sgd(net->parameters(), UpdateOptions());
   net->forward(torch::ones({1, 3})).sum().backward();
   EXPECT_FALSE(sgd.ready_on_device());
   sgd.set_step_values(0.1, 0);
   EXPECT_THROW(sgd.step_on_device(), RuntimeError);
   sgd.step(0.1);
   EXPECT_TRUE(sgd.ready_on_device());
+}
+
+// The delay-corrected look-ahead keeps the heavy-ball iterate w (plain momentum SGD on the same
+// gradients) shifted to its look-ahead point: the stored weights are u = w - lr c buf with
+// c = m + D, after every step, for any constant delay D (the gradients here do not depend on
+// the weights, so both runs see the same ones).
+TEST(Sgd, DelayNesterovStoresHeavyBallsLookAheadPoint) {
+  for (int delay : {0, 1, 3}) {
+    torch::manual_seed(7);
+    const auto start = torch::randn({6}, torch::kFloat64);
+    auto heavy = start.clone().requires_grad_(), ahead = start.clone().requires_grad_();
+    Sgd plain({heavy}, UpdateOptions().momentum(0.9).weight_decay(0));
+    Sgd looked({ahead}, UpdateOptions().momentum(0.9).weight_decay(0).delay_nesterov(true));
+    const double lr = 0.05, c = 0.9 + delay;
+    for (int step = 0; step < 12; ++step) {
+      const auto g = torch::randn({6}, torch::kFloat64);
+      heavy.mutable_grad() = g.clone();
+      ahead.mutable_grad() = g.clone();
+      plain.step(lr, delay);
+      looked.step(lr, delay);
+      const auto expected = heavy.detach() - lr * c * plain.momentum_buffers()[0];
+      ASSERT_TRUE(torch::allclose(ahead.detach(), expected, 1e-12, 1e-12)) << "delay " << delay << ", step " << step;
+    }
+  }
+}
+
+// With D = 0 the look-ahead is Nesterov's momentum (g + m buf), up to rounding.
+TEST(Sgd, DelayNesterovWithoutDelayIsNesterov) {
+  torch::manual_seed(2);
+  torch::nn::Linear a(4, 3), b(4, 3);
+  {
+    torch::NoGradGuard g;
+    for (size_t i = 0; i < a->parameters().size(); ++i) b->parameters()[i].copy_(a->parameters()[i]);
+  }
+  Sgd nesterov(a->parameters(), UpdateOptions().nesterov(true));
+  Sgd looked(b->parameters(), UpdateOptions().delay_nesterov(true));
+  for (int step = 0; step < 6; ++step) {
+    const auto x = torch::randn({5, 4});
+    a->forward(x).pow(2).sum().backward();
+    b->forward(x).pow(2).sum().backward();
+    nesterov.step(0.01, 0);
+    looked.step(0.01, 0);
+    nesterov.zero_grad();
+    looked.zero_grad();
+  }
+  for (size_t i = 0; i < a->parameters().size(); ++i) {
+    EXPECT_TRUE(torch::allclose(a->parameters()[i], b->parameters()[i], 1e-6, 1e-7))
+        << (a->parameters()[i] - b->parameters()[i]).abs().max().item<double>();
+  }
+}
+
+TEST(Sgd, DelayNesterovRefusesWhatItCannotCarry) {
+  torch::nn::Linear net(3, 2);
+  const auto refuses = [&](UpdateOptions o) { return Sgd(net->parameters(), o.delay_nesterov(true)); };
+  EXPECT_THROW(refuses(UpdateOptions().momentum(0)), UsageError);
+  EXPECT_THROW(refuses(UpdateOptions().dampening(0.1)), UsageError);
+  EXPECT_THROW(refuses(UpdateOptions().weight_prediction(true)), UsageError);
+  EXPECT_THROW(refuses(UpdateOptions().spike_compensation(true)), UsageError);
 }
 
 }  // namespace

@@ -22,7 +22,7 @@ std::vector<OpEvent> record(const std::string& executor, const schedule::Schedul
   input.channels = 1;
   const auto model = models::make_model("lenet5", input);
   const auto plan = partition::make_plan(model, {2, 4});
-  exec::Pipeline pipeline(model, plan, std::vector<torch::Device>(3, torch::kCPU), optim::SgdOptions());
+  exec::Pipeline pipeline(model, plan, std::vector<torch::Device>(3, torch::kCPU), optim::UpdateOptions());
   TraceRecorder trace;
   exec::SegmentContext context;
   context.input = [](int64_t) {
