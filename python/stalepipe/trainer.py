@@ -68,8 +68,8 @@ def _checked(keyword, value):
 def _checked_options(given):
     for keyword in given:
         if keyword in _MODEL_KEYWORDS:
-            raise TypeError(f"{keyword}: the module given to Trainer is the network; "
-                            f"{keyword} chooses one of the CLI's (stalepipe train --{keyword.replace('_', '-')})")
+            raise TypeError(f"{keyword}: the module given to Trainer is the network; --{keyword.replace('_', '-')} "
+                            f"chooses or shapes a network of the CLI's own")
         if keyword not in _OPTIONS:
             close = difflib.get_close_matches(keyword, list(_OPTIONS), n=3)
             hint = f"; did you mean {', '.join(close)}?" if close else "; stalepipe.options() lists them"
