@@ -264,12 +264,12 @@ PYBIND11_MODULE(_core, m) {
       if (p) std::rethrow_exception(p);
     } catch (const UsageError& e) {
       PyErr_SetString(PyExc_ValueError, with_keywords(e.what()).c_str());
-    } catch (const DivergedError& e) {
-      diverged(with_keywords(e.what()).c_str());
+    } catch (const DivergedError& e) {  // PyErr_SetString: pybind11 2.10 and 2.13 alike
+      PyErr_SetString(diverged.ptr(), with_keywords(e.what()).c_str());
     } catch (const RuntimeError& e) {
-      error(with_keywords(e.what()).c_str());
+      PyErr_SetString(error.ptr(), with_keywords(e.what()).c_str());
     } catch (const c10::Error& e) {
-      error(e.what_without_backtrace());
+      PyErr_SetString(error.ptr(), e.what_without_backtrace());
     }
   });
   m.def("option_table", &option_table, "Every option: keyword, field, default, help, text");
