@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
-"""What the Python front end costs: ResNet-20 written in Python, trained by stalepipe.Trainer and by
-`stalepipe train --model-file` on the same scripted file, options and threads, and by Trainer on an
-in-memory TensorDataset read through a DataLoader (2 workers). The runs alternate round by round,
-so that a machine whose speed drifts slows both sides of a ratio alike, and each run is a process
-of its own, as a user's script or the CLI is; the rate is summary.json's images_per_second
-(training only, evaluation excluded). Prints each round and the medians of Trainer / CLI and
+"""What the Python front end costs: ResNet-20 written in Python (bench/peers.py's), trained by
+stalepipe.Trainer and by `stalepipe train --model-file` on the same scripted file, options and
+threads, and by Trainer on an in-memory TensorDataset read through a DataLoader (2 workers). The
+runs alternate round by round, so that a machine whose speed drifts slows both sides of a ratio
+alike, and each run is a process of its own, as a user's script or the CLI is; the rate is
+summary.json's images_per_second (training only, evaluation excluded). Prints each round and the medians of Trainer / CLI and
 DataLoader / built-in loader (Trainer with a data spec).
 
     PYTHONPATH=build/python /usr/bin/python3 bench/python_vs_cli.py [--rounds 5] [--steps 200]
@@ -20,31 +20,14 @@ import tempfile
 import torch
 from torch import nn
 
-import stalepipe
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import peers  # noqa: E402
+import stalepipe  # noqa: E402
 
 
-class Block(nn.Module):
-    def __init__(self, cin, cout, stride):
-        super().__init__()
-        self.body = nn.Sequential(nn.Conv2d(cin, cout, 3, stride, 1, bias=False), nn.BatchNorm2d(cout), nn.ReLU(),
-                                  nn.Conv2d(cout, cout, 3, 1, 1, bias=False), nn.BatchNorm2d(cout))
-        self.shortcut = nn.Sequential() if stride == 1 and cin == cout else \
-            nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
-        self.relu = nn.ReLU()
-
-    def forward(self, x):
-        return self.relu(self.body(x) + self.shortcut(x))
-
-
-def resnet20(channels=1, classes=10):
-    layers = [nn.Conv2d(channels, 16, 3, 1, 1, bias=False), nn.BatchNorm2d(16), nn.ReLU()]
-    cin = 16
-    for cout, stride in ((16, 1), (32, 2), (64, 2)):
-        for b in range(3):
-            layers.append(Block(cin, cout, stride if b == 0 else 1))
-            cin = cout
-    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(64, classes)]
-    return nn.Sequential(*layers)
+def resnet20():
+    """bench/peers.py's ResNet-20, the zoo's resnet20 written in PyTorch (1 input channel)."""
+    return nn.Sequential(*[m for m, _ in peers.make_units("resnet20", 1)])
 
 
 def rate(out):
