@@ -16,6 +16,7 @@ namespace {
 // flag is not the field's name with dashes.
 const std::pair<const char*, const char*> kOtherFlags[] = {
     {"SweepOptions::names", "--run"},
+    {"SweepOptions::seeds", "--seed"},
     {"ExperimentOverrides::data", "sweep --data"},
 };
 

@@ -137,6 +137,11 @@ int run_sweep(const Experiment& experiment, const SweepOptions& options) {
                              [&](const PlannedRun& run) { return run.name == name; }),
                  "SweepOptions::names ", name, ": the experiment has no run of that name");
   }
+  for (uint64_t seed : options.seeds) {
+    SP_CHECK_ARG(std::any_of(experiment.runs.begin(), experiment.runs.end(),
+                             [&](const PlannedRun& run) { return run.seed == seed; }),
+                 "SweepOptions::seeds ", seed, ": not among the seeds of ", experiment.path);
+  }
   int trained = 0;
   size_t index = 0;
   for (const auto& run : experiment.runs) {

@@ -195,6 +195,7 @@ TEST(Cli, SweepBadSelectionsAndChangedFilesExitTwo) {
   write(0.05);
   expect_one_line_error(run_cli({"sweep", file, "--run", "ppv9"}), 2,
                         "--run ppv9: the experiment has no run of that name");
+  expect_one_line_error(run_cli({"sweep", file, "--seed", "4"}), 2, "--seed 4: not among the seeds of " + file);
   expect_one_line_error(run_cli({"sweep", file, "--data", "mnist:/somewhere"}), 2,
                         "--data mnist:/somewhere needs --out");
   ASSERT_EQ(run_cli({"sweep", file}).status, 0);

@@ -218,7 +218,7 @@ TEST(Sweep, RunFoldersHaveNoCommasAndOldFoldersWithCommasStillCollect) {
   EXPECT_EQ(rows, 2);
 }
 
-TEST(Sweep, RunFilterTrainsOnlyTheNamedRunsAndRejectsUnknownNames) {
+TEST(Sweep, RunFilterTrainsOnlyTheNamedRunsAndRejectsUnknownNamesAndSeeds) {
   test::TempDir dir;
   const auto ex = load_experiment(write_experiment(dir, kRuns));
   SweepOptions only;
@@ -231,6 +231,9 @@ TEST(Sweep, RunFilterTrainsOnlyTheNamedRunsAndRejectsUnknownNames) {
         << run.name;
   }
   only.names = {"ppv9"};
+  EXPECT_THROW(run_sweep(ex, only), UsageError);
+  only.names = {};
+  only.seeds = {7};  // a seed the file does not list: an error, not a sweep of nothing
   EXPECT_THROW(run_sweep(ex, only), UsageError);
 }
 
