@@ -3,8 +3,8 @@
 #include <cstdio>
 
 #include "commands.h"
-#include "interrupt.h"
 #include "stalepipe/study/sweep.h"
+#include "stalepipe/train/stop_signals.h"
 
 namespace stalepipe::cli {
 
@@ -31,8 +31,9 @@ Command add_sweep(CLI::App& app) {
       options.dry_run = *dry_run;
       options.seeds = *seeds;
       options.names = *names;
-      options.stop = install_stop_handlers();
-      options.suspended_ns = install_suspend_handler();
+      const train::StopSignals signals(/*sigterm_too=*/true);
+      options.stop = &signals.stop();
+      options.suspended_ns = &signals.suspended_ns();
       const int trained = study::run_sweep(experiment, options);
       std::fprintf(stderr, "sweep: %d run(s) trained or resumed\n", trained);
       if (*options.stop) {

@@ -1,31 +1,15 @@
 // `stalepipe train`: every field of the option tree as a flag; Ctrl-C drains and checkpoints.
-#include <fcntl.h>
-#include <unistd.h>
-
-#include <cerrno>
 #include <cstdio>
-#include <cstring>
-#include <filesystem>
 
 #include "commands.h"
 #include "flags.h"
-#include "interrupt.h"
+#include "stalepipe/common/files.h"
 #include "stalepipe/models/torchscript.h"
+#include "stalepipe/train/stop_signals.h"
 #include "stalepipe/train/trainer.h"
 
 namespace stalepipe::cli {
 namespace {
-
-// Opens `file` for writing as the export will (creating it, then removing what it created), so
-// that a missing folder, a directory or a read-only file system is found before training.
-void check_writable(const std::string& file) {
-  SP_CHECK_ARG(!std::filesystem::is_directory(file), "--export ", file, ": is a directory; name a file to write");
-  const bool existed = std::filesystem::exists(file);
-  const int fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
-  SP_CHECK_ARG(fd >= 0, "--export ", file, ": cannot be written (", std::strerror(errno), ")");
-  ::close(fd);
-  if (!existed) std::filesystem::remove(file);
-}
 
 // --export FILE: the trained network as TorchScript. Checked before training, so that a
 // mistake costs no run.
@@ -37,7 +21,7 @@ void check_export(const std::string& file, const Options& o, const std::string& 
   SP_CHECK_ARG(run.pipeline().executor() != ExecutorKind::kProcesses, "--export ", file,
                ": with --executor processes each rank holds only its own partition's weights; "
                "train with threads or emulated, or export from one of those");
-  check_writable(file);
+  check_writable(file, "--export");
 }
 
 }  // namespace
@@ -54,8 +38,9 @@ Command add_train(CLI::App& app) {
     apply(*text, *o);
     check_export(*export_file, *o, *resume);
     train::TrainHooks hooks;
-    hooks.stop = install_stop_handlers();
-    hooks.suspended_ns = install_suspend_handler();
+    const train::StopSignals signals(/*sigterm_too=*/true);
+    hooks.stop = &signals.stop();
+    hooks.suspended_ns = &signals.suspended_ns();
     if (!export_file->empty()) {
       hooks.on_trained = [export_file](const PipelineTrainer& t) {
         models::save_torchscript(t.model(), *export_file);

@@ -1,7 +1,6 @@
 // stalepipe._core: the library's training run (train/trainer.h) for stalepipe.Trainer
 // (python/stalepipe/trainer.py), and the option table its keywords come from. Keywords are
 // the CLI's flags with '_' for '-' (--image-size: image_size); messages name them so.
-#include <csignal>
 #include <cstdio>
 
 #include <torch/csrc/utils/pybind.h>
@@ -16,10 +15,12 @@
 #include "python_batches.h"
 #include "python_errors.h"
 #include "stalepipe/api/option_fields.h"
+#include "stalepipe/common/files.h"
 #include "stalepipe/common/malloc_tuning.h"
 #include "stalepipe/models/torchscript.h"
 #include "stalepipe/stalepipe.h"
 #include "stalepipe/train/run_data.h"
+#include "stalepipe/train/stop_signals.h"
 #include "stalepipe/train/trainer.h"
 
 namespace stalepipe::python {
@@ -136,35 +137,6 @@ py::dict result_dict(const train::TrainResult& r) {
   return d;
 }
 
-// Ctrl-C while the engine trains: the first asks the loop to drain and checkpoint (the
-// interpreter's own handler cannot run while this thread is in C++), a second ends the process
-// at once, as in the CLI. The interpreter's handler is back afterwards.
-class InterruptScope {
- public:
-  InterruptScope() {
-    flag().store(false);
-    struct sigaction ours {};
-    ours.sa_handler = [](int) {
-      if (flag().exchange(true)) {
-        std::signal(SIGINT, SIG_DFL);
-        std::raise(SIGINT);
-      }
-    };
-    sigemptyset(&ours.sa_mask);
-    sigaction(SIGINT, &ours, &previous_);
-  }
-  ~InterruptScope() { sigaction(SIGINT, &previous_, nullptr); }
-  InterruptScope(const InterruptScope&) = delete;
-  InterruptScope& operator=(const InterruptScope&) = delete;
-  static std::atomic<bool>& flag() {
-    static std::atomic<bool> stop{false};
-    return stop;
-  }
-
- private:
-  struct sigaction previous_ {};
-};
-
 // A Python callable as a hook, called with the GIL; its exception stops the run (PythonErrors).
 template <typename T>
 std::function<void(const T&)> hook(const py::object& f, const char* name, py::dict (*convert)(const T&),
@@ -226,8 +198,11 @@ py::dict run(const py::dict& keywords, const std::string& resume, const py::obje
   train::TrainResult result;
   std::exception_ptr failure;
   {
-    InterruptScope interrupt;
-    h.stop = &InterruptScope::flag();
+    // The interpreter's own Ctrl-C handler cannot run while this thread is in C++; its handlers
+    // are back afterwards. SIGTERM stays Python's.
+    const train::StopSignals signals(/*sigterm_too=*/false);
+    h.stop = &signals.stop();
+    h.suspended_ns = &signals.suspended_ns();
     py::gil_scoped_release released;
     try {
       result = resume.empty() ? train::train(options, h, caller.get()) : train::resume(resume, h, {}, caller.get());
@@ -238,7 +213,7 @@ py::dict run(const py::dict& keywords, const std::string& resume, const py::obje
   }
   errors.raise_if_any();  // a hook's or the data's own exception, rather than the line it became
   if (failure) std::rethrow_exception(failure);
-  if (InterruptScope::flag().load() && result.interrupted) {
+  if (train::StopSignals::stop().load() && result.interrupted) {
     PyErr_SetNone(PyExc_KeyboardInterrupt);  // after the drain and the checkpoint
     throw py::error_already_set();
   }
@@ -275,4 +250,6 @@ PYBIND11_MODULE(_core, m) {
   m.def("option_table", &option_table, "Every option: keyword, field, default, help, text");
   m.def("run", &run, py::arg("options"), py::arg("resume"), py::arg("data"), py::arg("test"), py::arg("input"),
         py::arg("hooks"), py::arg("trained_file"));
+  m.def("check_writable", &check_writable, py::arg("file"), py::arg("what"),
+        "ValueError unless `file` can be written (checked before a run that ends by writing it)");
 }

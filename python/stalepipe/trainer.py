@@ -144,18 +144,6 @@ def _output_width(script, shape):
     return out.shape[1]
 
 
-def _check_writable(path, what):
-    if os.path.isdir(path):
-        raise ValueError(f"{what} {path}: is a directory; name a file to write")
-    existed = os.path.exists(path)
-    try:
-        open(path, "ab").close()
-    except OSError as e:
-        raise ValueError(f"{what} {path}: cannot be written ({e.strerror})") from None
-    if not existed:
-        os.remove(path)
-
-
 class Trainer:
     def __init__(self, module=None, *, resume=None, export=None, **options):
         self._resume = os.fspath(resume) if resume is not None else ""
@@ -175,7 +163,7 @@ class Trainer:
             self._options = _checked_options(options)
             self._script = _scripted(module)
         if self._export:
-            _check_writable(self._export, "export")
+            _core.check_writable(self._export, "export")
         self._trained = None
         self._stopped_at = None
         self._fitted = False

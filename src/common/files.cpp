@@ -27,6 +27,15 @@ void fsync_directory(const std::string& dir) {
   ::close(fd);
 }
 
+void check_writable(const std::string& file, const std::string& what) {
+  SP_CHECK_ARG(!std::filesystem::is_directory(file), what, " ", file, ": is a directory; name a file to write");
+  const bool existed = std::filesystem::exists(file);
+  const int fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+  SP_CHECK_ARG(fd >= 0, what, " ", file, ": cannot be written (", std::strerror(errno), ")");
+  ::close(fd);
+  if (!existed) std::filesystem::remove(file);
+}
+
 void write_file_atomic(const std::string& path, const std::string& contents) {
   const std::string tmp = path + ".tmp";
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);

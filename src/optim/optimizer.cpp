@@ -68,11 +68,17 @@ void Optimizer::extrapolate(int, double) {
   throw UsageError("weight prediction extrapolates along SGD's momentum; this optimizer has none");
 }
 
-void Optimizer::set_step_values(double, int) {
+namespace {
+
+[[noreturn]] void refuse_graphed_update() {
   throw UsageError("CUDA graphs capture SGD's update only; train this optimizer without them");
 }
 
-void Optimizer::step_on_device() { set_step_values(0, 0); }
+}  // namespace
+
+void Optimizer::set_step_values(double, int) { refuse_graphed_update(); }
+
+void Optimizer::step_on_device() { refuse_graphed_update(); }
 
 void Optimizer::save(torch::serialize::OutputArchive& archive) const {
   for (size_t i = 0; i < initial_norms_.size(); ++i) {

@@ -1,10 +1,9 @@
-#include "interrupt.h"
+#include "stalepipe/train/stop_signals.h"
 
 #include <cerrno>
-#include <csignal>
 #include <ctime>
 
-namespace stalepipe::cli {
+namespace stalepipe::train {
 namespace {
 
 std::atomic<bool> g_stop{false};
@@ -34,23 +33,31 @@ extern "C" void on_suspend(int) {
   errno = saved_errno;
 }
 
+void install(int signal, void (*handler)(int), int flags, struct sigaction* previous) {
+  struct sigaction action {};
+  action.sa_handler = handler;
+  action.sa_flags = flags;
+  sigemptyset(&action.sa_mask);
+  sigaction(signal, &action, previous);
+}
+
 }  // namespace
 
-const std::atomic<bool>* install_stop_handlers() {
+StopSignals::StopSignals(bool sigterm_too) : sigterm_too_(sigterm_too) {
   g_stop = false;
   // Also where the shell ignored SIGINT (a job started in the background with &).
-  std::signal(SIGINT, on_interrupt);
-  std::signal(SIGTERM, on_interrupt);
-  return &g_stop;
+  install(SIGINT, on_interrupt, 0, &previous_int_);
+  if (sigterm_too_) install(SIGTERM, on_interrupt, 0, &previous_term_);
+  install(SIGTSTP, on_suspend, SA_RESTART, &previous_tstp_);  // a read the stop interrupted goes on
 }
 
-const std::atomic<int64_t>* install_suspend_handler() {
-  struct sigaction action{};
-  action.sa_handler = on_suspend;
-  sigemptyset(&action.sa_mask);
-  action.sa_flags = SA_RESTART;  // a read or write that the stop interrupted goes on
-  sigaction(SIGTSTP, &action, nullptr);
-  return &g_suspended_ns;
+StopSignals::~StopSignals() {
+  sigaction(SIGINT, &previous_int_, nullptr);
+  if (sigterm_too_) sigaction(SIGTERM, &previous_term_, nullptr);
+  sigaction(SIGTSTP, &previous_tstp_, nullptr);
 }
 
-}  // namespace stalepipe::cli
+const std::atomic<bool>& StopSignals::stop() { return g_stop; }
+const std::atomic<int64_t>& StopSignals::suspended_ns() { return g_suspended_ns; }
+
+}  // namespace stalepipe::train
