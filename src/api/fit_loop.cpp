@@ -5,18 +5,15 @@
 #include <sstream>
 
 #include "stalepipe/api/pipeline_trainer.h"
+#include "stalepipe/common/clock.h"
 #include "trainer_impl.h"
 #include "trainer_workers_impl.h"
 
 namespace stalepipe {
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using Clock = SteadyClock;
 constexpr int64_t kNever = std::numeric_limits<int64_t>::max();
-
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
 
 int64_t suspended_ns(const FitHooks& hooks) { return hooks.suspended_ns ? hooks.suspended_ns->load() : 0; }
 

@@ -13,11 +13,6 @@ namespace stalepipe {
 namespace data {
 namespace {
 
-std::string valid_specs() {
-  return "fashion-mnist, fashion-mnist:DIR, mnist:DIR, kmnist:DIR, cifar10:DIR, folder:DIR, synthetic, "
-         "synthetic:N, synthetic-regression, synthetic-regression:N, synthetic-masks, synthetic-masks:N";
-}
-
 // Parses N of "synthetic:N": digits only, 1..2^32.
 int64_t parse_count(const std::string& spec, const std::string& text) {
   bool digits = !text.empty() && text.size() <= 10;
@@ -70,8 +65,9 @@ DatasetSpec parse_dataset_spec(const std::string& spec) {
     if (has_arg) parsed.synthetic_train = parse_count(spec, arg);
     return parsed;
   }
-  SP_CHECK_ARG(name == "fashion-mnist" || name == "mnist" || name == "kmnist" || name == "cifar10" || name == "folder",
-      "data set spec '", spec, "': unknown data set '", name, "'; expected one of ", valid_specs());
+  const auto names = dataset_names();
+  SP_CHECK_ARG(std::find(names.begin(), names.end(), name) != names.end(), "data set spec '", spec,
+               "': unknown data set '", name, "'; expected one of ", dataset_choices());
   parsed.dir = has_arg || name != "fashion-mnist" ? arg : std::string(kFashionMnistDefaultDir);
   SP_CHECK_ARG(!parsed.dir.empty(), "data set spec '", spec, "': ", name, " needs a directory: ", name,
       ":DIR");

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "stalepipe/common/clock.h"
 #include "stalepipe/common/error.h"
 #include "stalepipe/train/run_data.h"
 
@@ -24,9 +25,9 @@ LoaderSpeed measure_loader(const Options& options, int64_t batches) {
   const std::vector<int64_t> order = loader.epoch_order(0);
   const int64_t available = loader.batches_per_epoch();
   loader.batch(0, 0, order);  // warm-up: first touches of the files and the allocator
-  const auto start = std::chrono::steady_clock::now();
+  const auto start = SteadyClock::now();
   for (int64_t b = 1; b <= batches; ++b) speed.images += loader.batch(0, b % available, order).x.size(0);
-  speed.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  speed.seconds = seconds_since(start);
   speed.images_per_second = speed.seconds > 0 ? static_cast<double>(speed.images) / speed.seconds : 0;
   return speed;
 }

@@ -17,6 +17,7 @@
 #endif
 
 #include "stalepipe/api/assemble.h"
+#include "stalepipe/common/clock.h"
 #include "stalepipe/common/error.h"
 #include "stalepipe/exec/executor.h"
 #include "stalepipe/exec/pipeline.h"
@@ -28,11 +29,7 @@
 namespace stalepipe::perf {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
+using Clock = SteadyClock;
 
 // The training tree measured: the caller's, with bench's constant lr.
 Options steady_options(const BenchOptions& o) {

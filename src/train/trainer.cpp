@@ -13,6 +13,7 @@
 #include "common/json_file_impl.h"
 #include "stalepipe/api/loader_source.h"
 #include "stalepipe/api/options_json.h"
+#include "stalepipe/common/clock.h"
 #include "stalepipe/data/loader.h"
 #include "stalepipe/data/registry.h"
 #include "stalepipe/exec/checkpoint.h"
@@ -283,11 +284,11 @@ struct Recorder {
     fit.stop = hooks.stop;
     fit.suspended_ns = hooks.suspended_ns;
     fit.on_warning = hooks.on_warning ? hooks.on_warning : log;
-    const auto started = std::chrono::steady_clock::now();
+    const auto started = SteadyClock::now();
     auto samples = std::make_shared<int64_t>(0);
     fit.on_step = [this, started, samples, &t](const StepLoss& l) {
       *samples += l.samples;
-      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+      const double seconds = seconds_since(started);
       progress.step(t.epochs_done() + 1, l.step, l.loss, seconds > 0 ? static_cast<double>(*samples) / seconds : 0);
       if (hooks.on_step) hooks.on_step(l);
     };

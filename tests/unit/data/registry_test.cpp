@@ -53,7 +53,7 @@ TEST(RegistryTest, Synthetic) {
 
 TEST(RegistryTest, UnknownNameListsTheValidOnes) {
   EXPECT_TRUE(throws_with<UsageError>([] { load_dataset("imagenet:/data"); },
-      {"unknown data set 'imagenet'", "fashion-mnist", "mnist:DIR", "cifar10:DIR", "synthetic:N"}));
+      {"unknown data set 'imagenet'", "fashion-mnist[:DIR]", "mnist:DIR", "cifar10:DIR", "synthetic[:N]"}));
 }
 
 TEST(RegistryTest, DirectoryRequiredAndChecked) {
