@@ -36,7 +36,6 @@
 
 namespace stalepipe::optim {
 
-
 struct UpdateOptions {
   TORCH_ARG(OptimizerKind, kind) = OptimizerKind::kSgd;
   TORCH_ARG(double, weight_decay) = 5e-4;  // SGD: L2 in the gradient; AdamW: decoupled
