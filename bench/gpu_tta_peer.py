@@ -19,7 +19,8 @@ mini-batches differ; the initial weights are PyTorch's draws (the same distribut
 whole data set sits on the GPU, so the loop pays no input cost at all (stalepipe's loader
 copies each batch from page-locked memory): the fastest eager loop, not a DataLoader one.
 Training seconds exclude evaluation and data loading, as stalepipe's; a synchronisation ends
-each timed stretch. --precision as bench/gpu_peer.py's. --device cpu and --train-subset /
+each timed stretch. --precision as bench/gpu_peer.py's. --device cpu runs the same loop on the
+CPU with PyTorch's default threads (the AdamW comparison of docs/results.md); --train-subset /
 --test-subset are for smoke tests only.
 """
 import argparse
@@ -192,7 +193,7 @@ def parser():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--layout", choices=["nchw", "channels-last"], default="channels-last")
     ap.add_argument("--precision", choices=gpu_peer.PRECISIONS, default="fp32")
-    ap.add_argument("--device", choices=["cuda", "cpu"], default="cuda", help="cpu: smoke tests only")
+    ap.add_argument("--device", choices=["cuda", "cpu"], default="cuda", help="cpu: the same loop on the CPU")
     ap.add_argument("--train-subset", type=int, default=0, help="first N training samples (smoke tests)")
     ap.add_argument("--test-subset", type=int, default=0, help="first N test samples (smoke tests)")
     ap.add_argument("--json", help="append the result to this file (one JSON object a line)")
