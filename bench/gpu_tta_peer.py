@@ -20,7 +20,7 @@ whole data set sits on the GPU, so the loop pays no input cost at all (stalepipe
 copies each batch from page-locked memory): the fastest eager loop, not a DataLoader one.
 Training seconds exclude evaluation and data loading, as stalepipe's; a synchronisation ends
 each timed stretch. --precision as bench/gpu_peer.py's. --device cpu runs the same loop on the
-CPU with PyTorch's default threads (the AdamW comparison of docs/results.md); --train-subset /
+CPU with --threads intra-op threads (the AdamW comparison of docs/results.md); --train-subset /
 --test-subset are for smoke tests only.
 """
 import argparse
@@ -194,6 +194,7 @@ def parser():
     ap.add_argument("--layout", choices=["nchw", "channels-last"], default="channels-last")
     ap.add_argument("--precision", choices=gpu_peer.PRECISIONS, default="fp32")
     ap.add_argument("--device", choices=["cuda", "cpu"], default="cuda", help="cpu: the same loop on the CPU")
+    ap.add_argument("--threads", type=int, default=0, help="intra-op threads (torch.set_num_threads); 0: PyTorch's default")
     ap.add_argument("--train-subset", type=int, default=0, help="first N training samples (smoke tests)")
     ap.add_argument("--test-subset", type=int, default=0, help="first N test samples (smoke tests)")
     ap.add_argument("--json", help="append the result to this file (one JSON object a line)")
@@ -211,6 +212,8 @@ def check(args):
         raise gpu_peer.PeerError(f"--betas {args.betas}: expected beta1,beta2")
     if len(args.beta_pair) != 2 or not all(0 <= b < 1 for b in args.beta_pair) or args.eps <= 0:
         raise gpu_peer.PeerError(f"--betas {args.betas} --eps {args.eps}: betas are two rates in [0, 1), eps > 0")
+    if args.threads < 0:
+        raise gpu_peer.PeerError(f"--threads {args.threads}: expected 0 (PyTorch's default) or more")
     for name in ("epochs", "batch_size", "eval_batch_size"):
         if getattr(args, name) < 1:
             raise gpu_peer.PeerError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
@@ -223,6 +226,8 @@ def main():
     try:
         check(args)
         device = gpu_peer.check_device(args.device)
+        if args.threads:
+            torch.set_num_threads(args.threads)
         gpu_peer.set_precision(args.precision)
         (train_x, train_y), test = load(args.data, args.train_subset, args.test_subset)
         if train_x.shape[0] < args.batch_size:
@@ -236,7 +241,7 @@ def main():
     seconds = evaluations[-1]["wall_seconds"]
     result = {"who": "pytorch-eager", "config": "pytorch-eager", "seed": args.seed, "model": args.model,
               "batch_size": args.batch_size, "layout": args.layout, "precision": args.precision,
-              "optimizer": args.optimizer,
+              "optimizer": args.optimizer, "threads": torch.get_num_threads(),
               **gpu_peer.switches(), "epochs": args.epochs,
               "steps": steps, "train_seconds": seconds,
               "images_per_second": round(steps * args.batch_size / seconds, 1) if seconds > 0 else None,
