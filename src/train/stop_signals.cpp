@@ -45,10 +45,11 @@ void install(int signal, void (*handler)(int), int flags, struct sigaction* prev
 
 StopSignals::StopSignals(bool sigterm_too) : sigterm_too_(sigterm_too) {
   g_stop = false;
-  // Also where the shell ignored SIGINT (a job started in the background with &).
-  install(SIGINT, on_interrupt, 0, &previous_int_);
-  if (sigterm_too_) install(SIGTERM, on_interrupt, 0, &previous_term_);
-  install(SIGTSTP, on_suspend, SA_RESTART, &previous_tstp_);  // a read the stop interrupted goes on
+  // Also where the shell ignored SIGINT (a job started in the background with &). SA_RESTART:
+  // a read or write that a signal interrupts goes on (as std::signal's handlers do in glibc).
+  install(SIGINT, on_interrupt, SA_RESTART, &previous_int_);
+  if (sigterm_too_) install(SIGTERM, on_interrupt, SA_RESTART, &previous_term_);
+  install(SIGTSTP, on_suspend, SA_RESTART, &previous_tstp_);
 }
 
 StopSignals::~StopSignals() {
