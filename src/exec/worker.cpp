@@ -3,19 +3,16 @@
 #include "replicas_impl.h"
 
 #include <ATen/Parallel.h>
-#include <chrono>
 #include <algorithm>
 #include <cmath>
 #include <utility>
 
 #include <c10/util/Exception.h>
 
+#include "stalepipe/common/clock.h"
+
 namespace stalepipe::exec::detail {
 namespace {
-
-double steady_seconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 const WorkerLoopOptions& checked(const WorkerLoopOptions& o) {
   SP_CHECK(o.schedule() && o.wiring() && o.stage() && o.links() && o.context(),

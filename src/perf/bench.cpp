@@ -3,7 +3,6 @@
 #include "bench_impl.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <exception>
 #include <limits>
@@ -14,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "stalepipe/api/assemble.h"
+#include "stalepipe/common/clock.h"
 #include "stalepipe/common/error.h"
 #include "stalepipe/common/median.h"
 #include "stalepipe/data/loader.h"
@@ -33,10 +33,6 @@ namespace stalepipe::perf {
 namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
-
-double now_seconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 // The option tree of every configuration: the measured run's, cut into `partitions` (by
 // `ppv` where given), with a constant lr.
@@ -91,7 +87,7 @@ RunOutcome run_rig(const Setup& setup, std::vector<Rig>& rigs, const std::vector
   context.input = [&](int64_t t) { return setup.batches[t % setup.batches.size()]; };
   context.lr = [](int64_t) { return kBenchLr; };
   context.on_step = [&](int64_t t, const exec::StepLoss& s) {
-    completions.push_back(now_seconds());
+    completions.push_back(steady_seconds());
     last_loss = s.loss;
     SP_CHECK(std::isfinite(s.loss), "bench ", o.training().run().model(), " (", executor_name, ", PPV ",
              partition::format_ppv(ppv), "): loss is not finite at mini-batch ", t);
@@ -102,9 +98,9 @@ RunOutcome run_rig(const Setup& setup, std::vector<Rig>& rigs, const std::vector
   const int64_t W = o.warmup_steps();
   if (W > 0) executor->run(schedule::make_schedule(kind, K, 0, W), stages, context);
   completions.clear();
-  const double start = now_seconds();
+  const double start = steady_seconds();
   executor->run(schedule::make_schedule(kind, K, W, W + o.steps()), stages, context);
-  const double seconds = now_seconds() - start;
+  const double seconds = steady_seconds() - start;
 
   RunOutcome out;
   Measurement& m = out.measurement;

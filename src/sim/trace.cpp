@@ -1,16 +1,14 @@
 #include "stalepipe/sim/trace.h"
 
 #include <algorithm>
-#include <chrono>
 
+#include "stalepipe/common/clock.h"
 #include "stalepipe/common/files.h"
 
 namespace stalepipe::sim {
 
 TraceRecorder::TraceRecorder()
-    : origin_seconds_(std::chrono::duration<double>(
-                          std::chrono::steady_clock::now().time_since_epoch())
-                          .count()) {}
+    : origin_seconds_(steady_seconds()) {}
 
 void TraceRecorder::record(int worker, const schedule::Op& op, double start_seconds,
                            double end_seconds) {
