@@ -129,19 +129,25 @@ bool selected(const std::vector<T>& only, const T& value) {
   return only.empty() || std::find(only.begin(), only.end(), value) != only.end();
 }
 
+// Each value of `only` must be some run's `of(run)`: a selection the experiment cannot meet is
+// an error, not a sweep of nothing.
+template <typename T, typename Of>
+void check_selection(const Experiment& experiment, const std::vector<T>& only, Of of, const char* field,
+                     const std::string& fault) {
+  for (const T& value : only) {
+    SP_CHECK_ARG(std::any_of(experiment.runs.begin(), experiment.runs.end(),
+                             [&](const PlannedRun& run) { return of(run) == value; }),
+                 field, " ", value, ": ", fault);
+  }
+}
+
 }  // namespace
 
 int run_sweep(const Experiment& experiment, const SweepOptions& options) {
-  for (const auto& name : options.names) {
-    SP_CHECK_ARG(std::any_of(experiment.runs.begin(), experiment.runs.end(),
-                             [&](const PlannedRun& run) { return run.name == name; }),
-                 "SweepOptions::names ", name, ": the experiment has no run of that name");
-  }
-  for (uint64_t seed : options.seeds) {
-    SP_CHECK_ARG(std::any_of(experiment.runs.begin(), experiment.runs.end(),
-                             [&](const PlannedRun& run) { return run.seed == seed; }),
-                 "SweepOptions::seeds ", seed, ": not among the seeds of ", experiment.path);
-  }
+  check_selection(experiment, options.names, [](const PlannedRun& run) { return run.name; }, "SweepOptions::names",
+                  "the experiment has no run of that name");
+  check_selection(experiment, options.seeds, [](const PlannedRun& run) { return run.seed; }, "SweepOptions::seeds",
+                  "not among the seeds of " + experiment.path);
   int trained = 0;
   size_t index = 0;
   for (const auto& run : experiment.runs) {
