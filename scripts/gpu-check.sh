@@ -2,7 +2,7 @@
 # Builds and checks stalepipe against the PyTorch wheel's CUDA LibTorch on a GPU machine,
 # which has the wheel, CMake and ninja but none of our Debian build dependencies and no network.
 #
-#   scripts/gpu-check.sh pack DEPS                  # here (Debian): copy what that machine lacks
+#   scripts/gpu-check.sh pack DEPS [BUILD]          # here (Debian): copy what that machine lacks
 #   scripts/gpu-check.sh run DEPS OUT SECONDS [EXPERIMENT.json...]   # there
 #   scripts/gpu-check.sh speed DEPS OUT ROUNDS [PRECISION]            # there: the one-GPU speed table
 #   scripts/gpu-check.sh tta DEPS OUT SECONDS PRECISION [SEED...]     # there: time to accuracy against PyTorch
@@ -20,20 +20,26 @@
 # off on both, PyTorch eager's default.
 #
 # Knobs for a dry run of the measuring modes on a CPU (their figures mean nothing there):
+# A build tree made here against the same wheel (BUILD, docs/performance.md "On a GPU") saves
+# that machine the build: `pack DEPS BUILD` copies its CLI and test programs into DEPS/build,
+# and the measuring modes and `graphs` there then use them and build nothing (`run` builds:
+# ctest needs the whole tree).
+#
 # SP=path/to/stalepipe uses that binary instead of building; DEVICE=cpu trains on the CPU (ours'
 # cuda:0 becomes cpu, the peers get --device cpu); DATA_DIR=DIR reads Fashion-MNIST's four IDX
 # files from DIR on both sides (default /usr/share/datasets/fashion-mnist). The configurations
 # are variables too (SPEED_OURS, SPEED_PEERS, TTA_RECIPE, TTA_CONFIGS, PRECISION_CONFIG; see each
 # mode), and so are the times: SPEED_SECONDS (5: timed seconds of each speed measurement, ours
 # and PyTorch's), SPEED_WARMUP (30: untimed steps before each; a PyTorch model kept from an
-# earlier round warms up 10), PEER_TIMEOUT (300: the longest wait for a PyTorch measurement, a
-# first compile included), SPEED_BUDGET (450: no speed round begins that would end later),
-# MIN_RUN_SECONDS (60: no training run of tta or precision begins with less of SECONDS left).
+# earlier round warms up 10), OURS_TIMEOUT (120: the longest one of ours may take), PEER_TIMEOUT
+# (300: the longest wait for a PyTorch measurement, a first compile included), SPEED_BUDGET
+# (450: no speed round begins that would end later), MIN_RUN_SECONDS (60: no training run of
+# tta or precision begins with less of SECONDS left).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
 pack() {
-  local deps=$1
+  local deps=$1 build=${2:-}
   mkdir -p "$deps/prefix/include" "$deps/prefix/share/cmake"
   cp -r /usr/include/gloo /usr/include/CLI /usr/include/nlohmann /usr/include/zlib.h \
     /usr/include/zconf.h "$deps/prefix/include/"
@@ -46,7 +52,29 @@ pack() {
   cp -a /usr/lib/x86_64-linux-gnu/libjpeg.so* /usr/lib/x86_64-linux-gnu/libpng16.so* "$deps/prefix/lib/"
   cp -r /usr/src/googletest "$deps/googletest"
   cp -r /usr/share/datasets/fashion-mnist "$deps/fashion-mnist"
+  if [ -n "$build" ]; then
+    rm -rf "$deps/build" && mkdir -p "$deps/build/apps/stalepipe" "$deps/build/tests" &&
+      strip -o "$deps/build/apps/stalepipe/stalepipe" "$build/apps/stalepipe/stalepipe" || return 1
+    local t
+    for t in "$build"/tests/test_*; do
+      [ -x "$t" ] && [ -f "$t" ] && { strip -o "$deps/build/tests/$(basename "$t")" "$t" || return 1; }
+    done
+  fi
   du -sh "$deps"
+}
+
+# A build packed by `pack DEPS BUILD`: its programs find the wheel's LibTorch, the CUDA runtime
+# the wheel brings and libjpeg/libpng (DEPS/prefix/lib) by LD_LIBRARY_PATH, since its RUNPATH
+# names folders of the machine it was built on.
+use_packed_build() {
+  [ -x "$DEPS/build/apps/stalepipe/stalepipe" ] || return 1
+  local libs
+  libs=$(python3 -c 'import glob, os, torch; t = os.path.dirname(torch.__file__)
+print(":".join([t + "/lib"] + sorted({os.path.dirname(p) for p in glob.glob(os.path.dirname(t) + "/nvidia/**/libcudart.so.*", recursive=True)})))') ||
+    return 1
+  export LD_LIBRARY_PATH="$libs:$DEPS/prefix/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  BUILD_DIR=$DEPS/build
+  "$BUILD_DIR/apps/stalepipe/stalepipe" --version > /dev/null
 }
 
 # Runs "$@" with its output appended to OUT/steps.log (the device tool returns few files); the
@@ -128,7 +156,10 @@ print(os.path.normpath(os.path.join(os.path.dirname(e), j["out"])), *j.get("seed
 prepare() {
   DEVICE=${DEVICE:-cuda}
   machine "$1" "$2"
-  if [ -z "${SP:-}" ]; then
+  if [ -z "${SP:-}" ] && use_packed_build; then
+    SP=$BUILD_DIR/apps/stalepipe/stalepipe
+    echo "using the packed build: $SP"
+  elif [ -z "${SP:-}" ]; then
     step gtest gtest_prefix && step configure configure && step build cmake --build build-gpu -j"$(nproc)" --target stalepipe ||
       return 1
     SP=build-gpu/apps/stalepipe/stalepipe
@@ -177,9 +208,13 @@ ours_speed() {
   local name=$1 peer=$2 precision=$3; shift 3
   local json=/tmp/speed-$name.json log=/tmp/speed-$name.log
   rm -f "$json"
-  if ! "$SP" bench --seconds "${SPEED_SECONDS:-5}" --warmup-steps "${SPEED_WARMUP:-30}" \
-      --precision "$precision" --json "$json" "$@" > "$log" 2>&1; then
-    echo "$name: failed"; tail -n 3 "$log"; failed; return 1
+  # A measurement that hangs (a capture that never ends, say) is stopped, not the whole call.
+  timeout "${OURS_TIMEOUT:-120}" "$SP" bench --seconds "${SPEED_SECONDS:-5}" --warmup-steps "${SPEED_WARMUP:-30}" \
+    --precision "$precision" --json "$json" "$@" > "$log" 2>&1
+  local rc=$?
+  if ((rc != 0)); then
+    echo "$name: failed (exit $rc$( ((rc == 124)) && echo ": stopped after OURS_TIMEOUT s"))"; tail -n 3 "$log"
+    cat "$log" >> "$OUT/steps.log"; failed; return 1
   fi
   cat "$log" >> "$OUT/steps.log"
   python3 - "$json" "$name" "$peer" "$precision" "$*" >> "$OUT/speed.jsonl" <<'PY'
@@ -407,23 +442,28 @@ precision() {
 # two replicas). The graphs' speed is in the `speed` table (the -graphs rows).
 graphs() {
   prepare "$1" "$2" || return 1
-  step build-tests cmake --build build-gpu -j"$(nproc)" --target test_exec test_data test_api || return 1
-  STALEPIPE_TEST_DEVICE=cuda:0 step graphs-test timeout 240 build-gpu/tests/test_exec --gtest_filter='Graphs.*' || failed
+  local tests=build-gpu/tests
+  if [ -n "${BUILD_DIR:-}" ]; then
+    tests=$BUILD_DIR/tests
+  else
+    step build-tests cmake --build build-gpu -j"$(nproc)" --target test_exec test_data test_api || return 1
+  fi
+  STALEPIPE_TEST_DEVICE=cuda:0 step graphs-test timeout 240 "$tests/test_exec" --gtest_filter='Graphs.*' || failed
   # The input's normalisation on the GPU gives the host's values.
   STALEPIPE_TEST_DEVICE=cuda:0 step input-test timeout 60 sh -c \
-    "build-gpu/tests/test_data --gtest_filter='PixelNormalizer.*' && build-gpu/tests/test_api --gtest_filter='LoaderSource.*'" || failed
-  STALEPIPE_TEST_DEVICE=cuda:0 step race-probe timeout 240 build-gpu/tests/test_api --gtest_filter='StreamOrder.*' || failed
+    "$tests/test_data --gtest_filter='PixelNormalizer.*' && $tests/test_api --gtest_filter='LoaderSource.*'" || failed
+  STALEPIPE_TEST_DEVICE=cuda:0 step race-probe timeout 240 "$tests/test_api" --gtest_filter='StreamOrder.*' || failed
   all_ran
 }
 
 case "${1:-}" in
-  pack) pack "$2" ;;
+  pack) pack "$2" "${3:-}" ;;
   run) shift; run "$@" ;;
   speed|tta|precision|graphs)
     min_args=4; [ "$1" = graphs ] && min_args=3
     if (($# < min_args)); then echo "usage: $0 $1 DEPS OUT ... (see the comment at the top)" >&2; exit 2; fi
     mode=$1; shift
     "$mode" "$@" ;;
-  *) echo "usage: $0 pack DEPS | run DEPS OUT SECONDS [EXPERIMENT.json...] | speed DEPS OUT ROUNDS [PRECISION]" \
+  *) echo "usage: $0 pack DEPS [BUILD] | run DEPS OUT SECONDS [EXPERIMENT.json...] | speed DEPS OUT ROUNDS [PRECISION]" \
        "| tta DEPS OUT SECONDS PRECISION [SEED...] | precision DEPS OUT SECONDS [SEED...] | graphs DEPS OUT" >&2; exit 2 ;;
 esac
