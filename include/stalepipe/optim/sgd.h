@@ -76,6 +76,9 @@ class Sgd : public Optimizer {
   // with the momentum combination and the descent given as functions.
   template <typename Combine, typename Descend>
   void update_parameter(size_t i, const Combine& combine, const Descend& descend);
+  // step() for every parameter at once with multi-tensor (foreach) operations, once each
+  // parameter with a gradient has its momentum buffer; false (nothing done) before.
+  bool step_grouped(double lr, bool combined, double a, double b);
 
   std::vector<torch::Tensor> momentum_buffers_;
   // step_on_device()'s values: -lr, a, b (0-dim, on the parameters' device).

@@ -1,11 +1,13 @@
 #include <algorithm>
 #include <cmath>
 
+#include <ATen/record_function.h>
 #include <gtest/gtest.h>
+#include <torch/autograd.h>
+#include <torch/nn/modules/container/sequential.h>
 #include <torch/nn/modules/conv.h>
 #include <torch/nn/modules/linear.h>
 #include <torch/optim/sgd.h>
-#include <torch/autograd.h>
 
 #include "stalepipe/common/error.h"
 #include "stalepipe/optim/sgd.h"
@@ -46,6 +48,66 @@ TEST(Sgd, MatchesTorchOptimSgd) {
   expect_matches_torch(0.9, 5e-4, false, 0.0);
   expect_matches_torch(0.9, 1e-4, true, 0.0);
   expect_matches_torch(0.5, 0.0, false, 0.1);
+}
+
+// A weight without a gradient is left alone and keeps no state; one whose gradient appears
+// later starts its momentum then (PyTorch's SGD, bit for bit), whether the step updates the
+// weights one at a time (a weight without its buffer yet) or all at once.
+TEST(Sgd, AWeightWithoutAGradientOrStateYetUpdatesAsPyTorchs) {
+  torch::manual_seed(5);
+  torch::nn::Linear first(4, 3), second(3, 2), first_ref(4, 3), second_ref(3, 2);
+  {
+    torch::NoGradGuard g;
+    for (size_t i = 0; i < 2; ++i) {
+      first_ref->parameters()[i].copy_(first->parameters()[i]);
+      second_ref->parameters()[i].copy_(second->parameters()[i]);
+    }
+  }
+  auto params = first->parameters(), ref_params = first_ref->parameters();
+  for (const auto& p : second->parameters()) params.push_back(p);
+  for (const auto& p : second_ref->parameters()) ref_params.push_back(p);
+  Sgd sgd(params, UpdateOptions().momentum(0.9).weight_decay(1e-3).nesterov(true));
+  torch::optim::SGD reference(ref_params, torch::optim::SGDOptions(0.05).momentum(0.9).weight_decay(1e-3).nesterov(true));
+  for (int step = 0; step < 5; ++step) {
+    const auto x = torch::randn({6, 4});
+    // Step 0 trains the first layer only; from step 1 both (the second's buffer starts then).
+    const auto loss = [&](torch::nn::Linear& a, torch::nn::Linear& b) {
+      return step == 0 ? a->forward(x).pow(2).sum() : b->forward(a->forward(x)).pow(2).sum();
+    };
+    loss(first, second).backward();
+    loss(first_ref, second_ref).backward();
+    sgd.step(0.05);
+    reference.step();
+    sgd.zero_grad();
+    reference.zero_grad();
+    for (size_t i = 0; i < params.size(); ++i) {
+      ASSERT_TRUE(torch::equal(params[i], ref_params[i])) << "step " << step << ", weight " << i;
+    }
+  }
+}
+
+// Once every weight has its momentum buffer, a step is a few multi-tensor operations for all
+// the weights, not a few per weight tensor: what a GPU launches per step.
+TEST(Sgd, AStepAfterTheFirstIsAFewOperationsForAllTheWeights) {
+  static int foreach_ops = 0;
+  torch::nn::Sequential net(torch::nn::Linear(4, 4), torch::nn::Linear(4, 4), torch::nn::Linear(4, 4));
+  Sgd sgd(net->parameters(), UpdateOptions().momentum(0.9).weight_decay(5e-4));
+  const auto step = [&] {
+    net->forward(torch::ones({2, 4})).sum().backward();
+    foreach_ops = 0;
+    const at::CallbackHandle handle = at::addThreadLocalCallback(
+        at::RecordFunctionCallback([](const at::RecordFunction& fn) -> std::unique_ptr<at::ObserverContext> {
+          foreach_ops += std::string(fn.name()).rfind("aten::_foreach_", 0) == 0;
+          return nullptr;
+        }));
+    sgd.step(0.1);
+    at::removeCallback(handle);
+    sgd.zero_grad();
+  };
+  step();
+  EXPECT_EQ(foreach_ops, 0) << "the first step makes the buffers one weight at a time";
+  step();
+  EXPECT_EQ(foreach_ops, 4) << "weight decay, the buffers' scale and sum, the descent";
 }
 
 // The property the stale pipeline relies on: an update between a forward and its backward
