@@ -8,6 +8,7 @@
 #   scripts/gpu-check.sh tta DEPS OUT SECONDS PRECISION [SEED...]     # there: time to accuracy against PyTorch
 #   scripts/gpu-check.sh precision DEPS OUT SECONDS [SEED...]         # there: bf16 against fp32
 #   scripts/gpu-check.sh graphs DEPS OUT                              # there: the CUDA graphs', input's and race probe's tests on cuda:0
+#   scripts/gpu-check.sh all DEPS OUT SECONDS                         # there: one call's worth of the above, in order of worth
 #
 # `run` builds in build-gpu, runs `ctest -L unit`, then trains each experiment file with
 # `stalepipe sweep` until SECONDS (counted from the script's start) have passed; a sweep stopped
@@ -36,6 +37,7 @@
 # (450: no speed round begins that would end later), MIN_RUN_SECONDS (60: no training run of
 # tta or precision begins with less of SECONDS left).
 set -uo pipefail
+SELF=$(realpath "$0")
 cd "$(dirname "$0")/.."
 
 pack() {
@@ -73,8 +75,8 @@ use_packed_build() {
 print(":".join([t + "/lib"] + sorted({os.path.dirname(p) for p in glob.glob(os.path.dirname(t) + "/nvidia/**/libcudart.so.*", recursive=True)})))') ||
     return 1
   export LD_LIBRARY_PATH="$libs:$DEPS/prefix/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-  BUILD_DIR=$DEPS/build
-  "$BUILD_DIR/apps/stalepipe/stalepipe" --version > /dev/null
+  "$DEPS/build/apps/stalepipe/stalepipe" --version > /dev/null || return 1
+  export BUILD_DIR=$DEPS/build
 }
 
 # Runs "$@" with its output appended to OUT/steps.log (the device tool returns few files); the
@@ -448,22 +450,74 @@ graphs() {
   else
     step build-tests cmake --build build-gpu -j"$(nproc)" --target test_exec test_data test_api || return 1
   fi
-  STALEPIPE_TEST_DEVICE=cuda:0 step graphs-test timeout 240 "$tests/test_exec" --gtest_filter='Graphs.*' || failed
+  STALEPIPE_TEST_DEVICE=$(on_device cuda:0) step graphs-test timeout 240 "$tests/test_exec" --gtest_filter='Graphs.*' || failed
   # The input's normalisation on the GPU gives the host's values.
-  STALEPIPE_TEST_DEVICE=cuda:0 step input-test timeout 60 sh -c \
+  STALEPIPE_TEST_DEVICE=$(on_device cuda:0) step input-test timeout 60 sh -c \
     "$tests/test_data --gtest_filter='PixelNormalizer.*' && $tests/test_api --gtest_filter='LoaderSource.*'" || failed
-  STALEPIPE_TEST_DEVICE=cuda:0 step race-probe timeout 240 "$tests/test_api" --gtest_filter='StreamOrder.*' || failed
+  STALEPIPE_TEST_DEVICE=$(on_device cuda:0) step race-probe timeout 240 "$tests/test_api" --gtest_filter='StreamOrder.*' || failed
+  all_ran
+}
+
+# One call's worth of checks, in order of their worth, each begun only while SECONDS (from the
+# script's start; keep it 15 s under the call's limit, or nothing comes back) leave it room:
+# the tests on cuda:0 (graphs), the fp32 speed table of the ResNet-56 b128 rows the targets name
+# (speed; SPEED_OURS and SPEED_PEERS replace them), the Table 5 compute model's check
+# (table5: bench/table5_prediction.sh on cuda:0), time to accuracy against PyTorch for seeds
+# 1-3 in what is left (tta); CHECKS (default "graphs speed table5 tta", and precision) chooses
+# and orders them. One build serves all. Each check's console and files go to WORK/<check>
+# (default /tmp/gpu-all); OUT receives all of WORK as checks.tgz, each table (speed.md,
+# tta.md, precision.md, table5.txt) and nothing else, as the device tool returns few files.
+all() {
+  local deps=$1 out=$2 budget=$3 work=${WORK:-/tmp/gpu-all} check left need
+  [[ $budget =~ ^[0-9]+$ ]] || { echo "SECONDS $budget: expected a whole number"; return 2; }
+  for check in ${CHECKS:-graphs speed table5 tta}; do
+    case $check in graphs|speed|table5|tta|precision) ;;
+      *) echo "CHECKS: $check is not one of graphs, speed, table5, tta, precision"; return 2 ;; esac
+  done
+  rm -rf "$work" && mkdir -p "$work" "$out" || return 1
+  prepare "$deps" "$work" || return 1
+  export SP DEVICE
+  local r56="--model resnet56 --layout channels-last --batch-size 128"
+  export SPEED_OURS=${SPEED_OURS:-"resnet56-b128-1p|resnet56-b128|$r56 --partitions 1 --devices cuda:0
+resnet56-b128-2p|resnet56-b128|$r56 --pipeline 25 --devices cuda:0,cuda:0
+resnet56-b128-1p-graphs|resnet56-b128|$r56 --partitions 1 --devices cuda:0 --cuda-graphs
+resnet56-b128-2p-graphs|resnet56-b128|$r56 --pipeline 25 --devices cuda:0,cuda:0 --cuda-graphs"}
+  export SPEED_PEERS=${SPEED_PEERS:-"resnet56-b128|$r56
+resnet56-b128|$r56 --compile"}
+  for check in ${CHECKS:-graphs speed table5 tta}; do
+    left=$((budget - SECONDS))
+    # The least time in which each gives something: the tests; 3 rounds; 4 profiles; 3 runs.
+    case $check in graphs) need=60 ;; speed) need=240 ;; table5) need=90 ;; *) need=150 ;; esac
+    if ((left < need)); then echo "== $check: skipped, $left s left (it needs $need)"; failed; continue; fi
+    echo "== $check ($left s left)"
+    case $check in
+      graphs) timeout "$left" "$SELF" graphs "$deps" "$work/graphs" ;;
+      speed) SPEED_BUDGET=$((left - 10)) timeout "$left" "$SELF" speed "$deps" "$work/speed" 3 fp32 ;;
+      table5) mkdir -p "$work/table5" && DEVICE=$(on_device cuda:0) timeout "$left" bench/table5_prediction.sh "$work/table5" ;;
+      tta|precision) timeout "$left" "$SELF" "$check" "$deps" "$work/$check" $((left - 5)) \
+                       $([ "$check" = tta ] && echo fp32) 1 2 3 ;;
+    esac > "$work/$check.log" 2>&1
+    local rc=$?
+    ((rc == 0)) || failed
+    echo "$check: rc=$rc"; grep -v '^{"who"' "$work/$check.log" | tail -n 30
+  done
+  tar czf "$out/checks.tgz" -C "$work" .
+  local table
+  for table in speed/speed.md tta/tta.md precision/precision.md table5.log; do
+    [ -f "$work/$table" ] && cp "$work/$table" "$out/$(basename "${table/table5.log/table5.txt}")"
+  done
   all_ran
 }
 
 case "${1:-}" in
   pack) pack "$2" "${3:-}" ;;
   run) shift; run "$@" ;;
-  speed|tta|precision|graphs)
+  speed|tta|precision|graphs|all)
     min_args=4; [ "$1" = graphs ] && min_args=3
     if (($# < min_args)); then echo "usage: $0 $1 DEPS OUT ... (see the comment at the top)" >&2; exit 2; fi
     mode=$1; shift
     "$mode" "$@" ;;
   *) echo "usage: $0 pack DEPS [BUILD] | run DEPS OUT SECONDS [EXPERIMENT.json...] | speed DEPS OUT ROUNDS [PRECISION]" \
-       "| tta DEPS OUT SECONDS PRECISION [SEED...] | precision DEPS OUT SECONDS [SEED...] | graphs DEPS OUT" >&2; exit 2 ;;
+       "| tta DEPS OUT SECONDS PRECISION [SEED...] | precision DEPS OUT SECONDS [SEED...] | graphs DEPS OUT" \
+       "| all DEPS OUT SECONDS" >&2; exit 2 ;;
 esac

@@ -196,6 +196,14 @@ PY
       "sta pyt pyt sta sta pyt" ] || fail "gpu-check.sh speed: the sides' order: $(cat "$tmp/speed/speed.jsonl")"
     if gpu speed "$tmp/deps" "$tmp/speed2" 2 > "$tmp/gpu.log" 2>&1; then fail "gpu-check.sh speed ran 2 rounds"; fi
     grep -qx 'ROUNDS 2: expected 3 or more (the table gives medians)' "$tmp/gpu.log" || fail "gpu-check.sh speed 2 rounds: $(cat "$tmp/gpu.log")"
+    # One call's worth: the tests (this build's, on the CPU), the speed table, time to accuracy;
+    # OUT gets the tables and one tarball of the rest (the device tool returns few files).
+    CHECKS="graphs speed tta" BUILD_DIR="$(dirname "$sp")/../.." WORK="$tmp/all-work" \
+      gpu all "$tmp/deps" "$tmp/all" 600 > "$tmp/gpu.log" 2>&1 || fail "gpu-check.sh all: $(tail -n 30 "$tmp/gpu.log")"
+    [ "$(ls "$tmp/all" | tr '\n' ' ')" = "checks.tgz speed.md tta.md " ] && grep -q '^graphs: rc=0$' "$tmp/gpu.log" &&
+      tar tzf "$tmp/all/checks.tgz" | grep '^./graphs/steps.log$' > /dev/null || fail "gpu-check.sh all: $(ls "$tmp/all"; cat "$tmp/gpu.log")"
+    CHECKS="graphs speedy" gpu all "$tmp/deps" "$tmp/all2" 600 > "$tmp/gpu.log" 2>&1 && fail "gpu-check.sh all ran CHECKS=speedy"
+    grep -qx 'CHECKS: speedy is not one of graphs, speed, table5, tta, precision' "$tmp/gpu.log" || fail "gpu-check.sh all speedy: $(cat "$tmp/gpu.log")"
   else
     echo "gpu-check.sh dry runs: skipped (this stalepipe has no --precision)"
   fi
