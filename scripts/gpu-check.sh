@@ -464,9 +464,10 @@ graphs() {
 # (speed; SPEED_OURS and SPEED_PEERS replace them), the Table 5 compute model's check
 # (table5: bench/table5_prediction.sh on cuda:0), time to accuracy against PyTorch for seeds
 # 1-3 in what is left (tta); CHECKS (default "graphs speed table5 tta", and precision) chooses
-# and orders them. One build serves all. Each check's console and files go to WORK/<check>
-# (default /tmp/gpu-all); OUT receives all of WORK as checks.tgz, each table (speed.md,
-# tta.md, precision.md, table5.txt) and nothing else, as the device tool returns few files.
+# and orders them, SEEDS (default "1 2 3") the seeds of tta and precision. One build serves
+# all. Each check's console and files go to WORK/<check> (default /tmp/gpu-all); OUT receives
+# all of WORK as checks.tgz, each table (speed.md, tta.md, precision.md, table5.txt) and
+# nothing else, as the device tool returns few files.
 all() {
   local deps=$1 out=$2 budget=$3 work=${WORK:-/tmp/gpu-all} check left need
   [[ $budget =~ ^[0-9]+$ ]] || { echo "SECONDS $budget: expected a whole number"; return 2; }
@@ -494,8 +495,9 @@ resnet56-b128|$r56 --compile"}
       graphs) timeout "$left" "$SELF" graphs "$deps" "$work/graphs" ;;
       speed) SPEED_BUDGET=$((left - 10)) timeout "$left" "$SELF" speed "$deps" "$work/speed" 3 fp32 ;;
       table5) mkdir -p "$work/table5" && DEVICE=$(on_device cuda:0) timeout "$left" bench/table5_prediction.sh "$work/table5" ;;
+      # shellcheck disable=SC2086  # the seeds are words
       tta|precision) timeout "$left" "$SELF" "$check" "$deps" "$work/$check" $((left - 5)) \
-                       $([ "$check" = tta ] && echo fp32) 1 2 3 ;;
+                       $([ "$check" = tta ] && echo fp32) ${SEEDS:-1 2 3} ;;
     esac > "$work/$check.log" 2>&1
     local rc=$?
     ((rc == 0)) || failed
