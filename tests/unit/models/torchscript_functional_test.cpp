@@ -262,10 +262,15 @@ TEST(TorchScriptFunctional, RecomputeChannelsLastAndBf16TrainThePieces) {
   expect_close_to_kept(bf16, "bf16");
   // ATen's own bf16 kernels too: what a CPU without AVX-512 runs (docs/reliability.md). Either
   // family stays within 0.0008 of fp32 here, against the bound of 0.05.
-  const bool mkldnn = at::globalContext().userEnabledMkldnn();
-  at::globalContext().setUserEnabledMkldnn(false);
+  // The switch is the process's: restored however the lambda leaves, so that the suite's later
+  // tests run as configured.
+  struct OneDnnOff {
+    const bool was = at::globalContext().userEnabledMkldnn();
+    OneDnnOff() { at::globalContext().setUserEnabledMkldnn(false); }
+    ~OneDnnOff() { at::globalContext().setUserEnabledMkldnn(was); }
+  };
+  const OneDnnOff onednn_off;
   expect_close_to_kept(bf16, "bf16 without oneDNN");
-  at::globalContext().setUserEnabledMkldnn(mkldnn);
 }
 
 TEST(TorchScriptFunctional, GraphsRefuseAPieceThatDraws) {
