@@ -20,12 +20,12 @@
 # `stalepipe bench --precision`, bench/gpu_peer.py --precision); cuDNN's benchmark mode is left
 # off on both, PyTorch eager's default.
 #
-# Knobs for a dry run of the measuring modes on a CPU (their figures mean nothing there):
 # A build tree made here against the same wheel (BUILD, docs/performance.md "On a GPU") saves
 # that machine the build: `pack DEPS BUILD` copies its CLI and test programs into DEPS/build,
 # and the measuring modes and `graphs` there then use them and build nothing (`run` builds:
 # ctest needs the whole tree).
 #
+# Knobs for a dry run of the measuring modes on a CPU (their figures mean nothing there):
 # SP=path/to/stalepipe uses that binary instead of building; DEVICE=cpu trains on the CPU (ours'
 # cuda:0 becomes cpu, the peers get --device cpu); DATA_DIR=DIR reads Fashion-MNIST's four IDX
 # files from DIR on both sides (default /usr/share/datasets/fashion-mnist). The configurations

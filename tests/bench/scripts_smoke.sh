@@ -179,7 +179,7 @@ PY
   # scripts/gpu-check.sh's measuring modes, dry: this build, the CPU, the tiny data, LeNet-5.
   if grep -q -- '--precision' <<< "$("$sp" train --help)"; then
     recipe="--model lenet5 --epochs 1 --batch-size 32 --lr 0.05 --warmup-epochs 1 --eval-every 8 --targets 20 --layout channels-last"
-    gpu() { PATH="$tmp/bin:$PATH" SP=$sp DEVICE=cpu DATA_DIR=$tmp/idx TTA_RECIPE=$recipe SPEED_SECONDS=0.2 SPEED_WARMUP=2 \
+    gpu() { PATH="$tmp/bin:$PATH" SP=${GPU_SP-$sp} DEVICE=cpu DATA_DIR=$tmp/idx TTA_RECIPE=$recipe SPEED_SECONDS=0.2 SPEED_WARMUP=2 \
               TTA_CONFIGS="np|--devices cuda:0" SPEED_OURS="l5-1p|l5|--model lenet5 --batch-size 32 --partitions 1 --devices cuda:0" \
               SPEED_PEERS="l5|--model lenet5 --batch-size 32" "$bench/../scripts/gpu-check.sh" "$@"; }
     gpu tta "$tmp/deps" "$tmp/tta" 600 fp32 1 > "$tmp/gpu.log" 2>&1 || fail "gpu-check.sh tta: $(tail -n 20 "$tmp/gpu.log")"
@@ -196,10 +196,13 @@ PY
       "sta pyt pyt sta sta pyt" ] || fail "gpu-check.sh speed: the sides' order: $(cat "$tmp/speed/speed.jsonl")"
     if gpu speed "$tmp/deps" "$tmp/speed2" 2 > "$tmp/gpu.log" 2>&1; then fail "gpu-check.sh speed ran 2 rounds"; fi
     grep -qx 'ROUNDS 2: expected 3 or more (the table gives medians)' "$tmp/gpu.log" || fail "gpu-check.sh speed 2 rounds: $(cat "$tmp/gpu.log")"
-    # One call's worth: the tests (this build's, on the CPU), the speed table, time to accuracy;
-    # OUT gets the tables and one tarball of the rest (the device tool returns few files).
-    CHECKS="graphs speed tta" BUILD_DIR="$(dirname "$sp")/../.." WORK="$tmp/all-work" \
-      gpu all "$tmp/deps" "$tmp/all" 600 > "$tmp/gpu.log" 2>&1 || fail "gpu-check.sh all: $(tail -n 30 "$tmp/gpu.log")"
+    # One call's worth with this build packed as for a GPU machine: the tests (on the CPU), the
+    # speed table, time to accuracy; OUT gets the tables and one tarball of the rest.
+    "$bench/../scripts/gpu-check.sh" pack "$tmp/packed" "$(dirname "$sp")/../.." > "$tmp/gpu.log" 2>&1 ||
+      fail "gpu-check.sh pack: $(tail -n 5 "$tmp/gpu.log")"
+    GPU_SP= CHECKS="graphs speed tta" WORK="$tmp/all-work" \
+      gpu all "$tmp/packed" "$tmp/all" 600 > "$tmp/gpu.log" 2>&1 || fail "gpu-check.sh all: $(tail -n 30 "$tmp/gpu.log")"
+    grep -q '^using the packed build: ' "$tmp/gpu.log" || fail "gpu-check.sh all did not use the packed build: $(cat "$tmp/gpu.log")"
     [ "$(ls "$tmp/all" | tr '\n' ' ')" = "checks.tgz speed.md tta.md " ] && grep -q '^graphs: rc=0$' "$tmp/gpu.log" &&
       tar tzf "$tmp/all/checks.tgz" | grep '^./graphs/steps.log$' > /dev/null || fail "gpu-check.sh all: $(ls "$tmp/all"; cat "$tmp/gpu.log")"
     CHECKS="graphs speedy" gpu all "$tmp/deps" "$tmp/all2" 600 > "$tmp/gpu.log" 2>&1 && fail "gpu-check.sh all ran CHECKS=speedy"
