@@ -83,9 +83,9 @@ void Sgd::step(double lr, int delay) {
   for (size_t i = 0; i < params_.size(); ++i) update_parameter(i, combine, descend);
 }
 
-// update_parameter's arithmetic, each operation once for all the weights: on a GPU one
-// multi-tensor kernel instead of one kernel per weight tensor (ResNet-56 has 167), as PyTorch's
-// SGD does there; on the CPU the foreach operations run tensor by tensor, the same bits.
+// update_parameter's arithmetic, each operation once for all the weights: on a GPU a few
+// multi-tensor kernels instead of one per weight tensor (ResNet-56 has 167), as PyTorch's SGD
+// does there; on the CPU the foreach operations run tensor by tensor, the same bits.
 bool Sgd::step_grouped(double lr, bool combined, double a, double b) {
   const double m = options_.momentum();
   std::vector<size_t> updated;
