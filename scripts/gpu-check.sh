@@ -40,6 +40,18 @@ set -uo pipefail
 SELF=$(realpath "$0")
 cd "$(dirname "$0")/.."
 
+# The speed rows the GPU targets name, which `all` measures and `speed` among others: ResNet-56
+# b128 with one and two partitions on one GPU, each eager and with CUDA graphs, against PyTorch
+# eager and torch.compile'd. Channels-last only, ResNet-56's faster layout in PyTorch eager too
+# (NCHW ran 5-25% slower at b128 on an H100, results/gpu-speed-h100), so 3 rounds fit one call.
+R56_B128="--model resnet56 --batch-size 128 --layout channels-last"
+TARGET_OURS="resnet56-b128-1p|resnet56-b128|$R56_B128 --partitions 1 --devices cuda:0
+resnet56-b128-2p|resnet56-b128|$R56_B128 --pipeline 25 --devices cuda:0,cuda:0
+resnet56-b128-1p-graphs|resnet56-b128|$R56_B128 --partitions 1 --devices cuda:0 --cuda-graphs
+resnet56-b128-2p-graphs|resnet56-b128|$R56_B128 --pipeline 25 --devices cuda:0,cuda:0 --cuda-graphs"
+TARGET_PEERS="resnet56-b128|$R56_B128
+resnet56-b128|$R56_B128 --compile"
+
 pack() {
   local deps=$1 build=${2:-}
   mkdir -p "$deps/prefix/include" "$deps/prefix/share/cmake"
@@ -281,17 +293,10 @@ speed() {
   local help
   help=$("$SP" bench --help 2>&1)
   grep -q -- '--seconds' <<< "$help" || { echo "$SP: bench has no --seconds; the speed check needs it"; return 1; }
-  local r56="--model resnet56 --layout channels-last"
-  local ours_configs=${SPEED_OURS:-"resnet56-b128-1p|resnet56-b128|$r56 --batch-size 128 --partitions 1 --devices cuda:0
-resnet56-b128-2p|resnet56-b128|$r56 --batch-size 128 --pipeline 25 --devices cuda:0,cuda:0
-resnet56-b128-1p-graphs|resnet56-b128|$r56 --batch-size 128 --partitions 1 --devices cuda:0 --cuda-graphs
-resnet56-b128-2p-graphs|resnet56-b128|$r56 --batch-size 128 --pipeline 25 --devices cuda:0,cuda:0 --cuda-graphs
-resnet56-b512-1p|resnet56-b512|$r56 --batch-size 512 --partitions 1 --devices cuda:0
+  local ours_configs=${SPEED_OURS:-"$TARGET_OURS
+resnet56-b512-1p|resnet56-b512|--model resnet56 --layout channels-last --batch-size 512 --partitions 1 --devices cuda:0
 lenet5-b128-1p|lenet5-b128|--model lenet5 --batch-size 128 --partitions 1 --devices cuda:0"}
-  # ResNet-56 in channels-last only, its faster layout in PyTorch eager too (NCHW ran 5-25%
-  # slower at b128 on an H100, results/gpu-speed-h100): 3 rounds then fit one call.
-  local peer_configs=${SPEED_PEERS:-"resnet56-b128|--model resnet56 --batch-size 128 --layout channels-last
-resnet56-b128|--model resnet56 --batch-size 128 --layout channels-last --compile
+  local peer_configs=${SPEED_PEERS:-"$TARGET_PEERS
 resnet56-b512|--model resnet56 --batch-size 512 --layout channels-last
 lenet5-b128|--model lenet5 --batch-size 128 --layout nchw
 lenet5-b128|--model lenet5 --batch-size 128 --layout channels-last
@@ -478,13 +483,7 @@ all() {
   rm -rf "$work" && mkdir -p "$work" "$out" || return 1
   prepare "$deps" "$work" || return 1
   export SP DEVICE
-  local r56="--model resnet56 --layout channels-last --batch-size 128"
-  export SPEED_OURS=${SPEED_OURS:-"resnet56-b128-1p|resnet56-b128|$r56 --partitions 1 --devices cuda:0
-resnet56-b128-2p|resnet56-b128|$r56 --pipeline 25 --devices cuda:0,cuda:0
-resnet56-b128-1p-graphs|resnet56-b128|$r56 --partitions 1 --devices cuda:0 --cuda-graphs
-resnet56-b128-2p-graphs|resnet56-b128|$r56 --pipeline 25 --devices cuda:0,cuda:0 --cuda-graphs"}
-  export SPEED_PEERS=${SPEED_PEERS:-"resnet56-b128|$r56
-resnet56-b128|$r56 --compile"}
+  export SPEED_OURS=${SPEED_OURS:-$TARGET_OURS} SPEED_PEERS=${SPEED_PEERS:-$TARGET_PEERS}
   for check in ${CHECKS:-graphs speed table5 tta}; do
     left=$((budget - SECONDS))
     # The least time in which each gives something: the tests; 3 rounds; 4 profiles; 3 runs.
