@@ -74,12 +74,13 @@ void Sgd::step(double lr, int delay) {
   // Plain variables: C++17 lambdas cannot capture structured bindings (clang refuses).
   const std::pair<double, double> factors = combine_factors(delay);
   const double a = factors.first, b = factors.second;
+  if (step_grouped(lr, combined, a, b)) return;
+  // The first step (or one that starts a weight's momentum): one weight at a time.
   const auto combine = [&](const torch::Tensor& buf, const torch::Tensor& d_p) -> torch::Tensor {
     if (combined) return buf.mul(a).add_(d_p, b);
     return options_.nesterov() ? d_p.add(buf, options_.momentum()) : buf;
   };
   const auto descend = [&](torch::Tensor& weight, const torch::Tensor& d_p) { weight.add_(d_p, -lr); };
-  if (step_grouped(lr, combined, a, b)) return;
   for (size_t i = 0; i < params_.size(); ++i) update_parameter(i, combine, descend);
 }
 
