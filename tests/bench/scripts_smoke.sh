@@ -207,6 +207,9 @@ PY
       tar tzf "$tmp/all/checks.tgz" | grep '^./graphs/steps.log$' > /dev/null || fail "gpu-check.sh all: $(ls "$tmp/all"; cat "$tmp/gpu.log")"
     CHECKS="graphs speedy" gpu all "$tmp/deps" "$tmp/all2" 600 > "$tmp/gpu.log" 2>&1 && fail "gpu-check.sh all ran CHECKS=speedy"
     grep -qx 'CHECKS: speedy is not one of graphs, speed, table5, tta, precision' "$tmp/gpu.log" || fail "gpu-check.sh all speedy: $(cat "$tmp/gpu.log")"
+    status=0; gpu all "$tmp/deps" "$tmp/all3" soon > "$tmp/gpu.log" 2>&1 || status=$?
+    [ "$status" = 2 ] && grep -qx 'SECONDS soon: expected a whole number' "$tmp/gpu.log" ||
+      fail "gpu-check.sh all soon: exit $status, $(cat "$tmp/gpu.log")"
   else
     echo "gpu-check.sh dry runs: skipped (this stalepipe has no --precision)"
   fi
