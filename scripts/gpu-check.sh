@@ -22,7 +22,8 @@
 #
 # A build tree made here against the same wheel (BUILD, docs/performance.md "On a GPU") saves
 # that machine the build: `pack DEPS BUILD` copies its CLI and test programs into DEPS/build,
-# and the measuring modes and `graphs` there then use them and build nothing (`run` builds:
+# and the measuring modes and `graphs` there then use them and build nothing, if the sources
+# there are those it was built from (sources_digest; else they build: `run` always does, as
 # ctest needs the whole tree).
 #
 # Knobs for a dry run of the measuring modes on a CPU (their figures mean nothing there):
@@ -64,6 +65,8 @@ pack() {
     /usr/include/png.h /usr/include/pngconf.h /usr/include/pnglibconf.h "$deps/prefix/include/"
   mkdir -p "$deps/prefix/lib"
   cp -a /usr/lib/x86_64-linux-gnu/libjpeg.so* /usr/lib/x86_64-linux-gnu/libpng16.so* "$deps/prefix/lib/"
+  # Replaced, not copied into: a second pack would nest them and pass the carry's 64 MiB.
+  rm -rf "$deps/googletest" "$deps/fashion-mnist"
   cp -r /usr/src/googletest "$deps/googletest"
   cp -r /usr/share/datasets/fashion-mnist "$deps/fashion-mnist"
   if [ -n "$build" ]; then
@@ -73,15 +76,27 @@ pack() {
     for t in "$build"/tests/test_*; do
       [ -x "$t" ] && [ -f "$t" ] && { strip -o "$deps/build/tests/$(basename "$t")" "$t" || return 1; }
     done
+    sources_digest > "$deps/build/sources.sha256" || return 1
   fi
   du -sh "$deps"
 }
 
-# A build packed by `pack DEPS BUILD`: its programs find the wheel's LibTorch, the CUDA runtime
+# What a packed build was built from: the sources and CMake files, as they are in the tree
+# here and in its copy there (which has no .git). Build BUILD from the tree as it is, then pack.
+sources_digest() {
+  find CMakeLists.txt cmake src include apps tests -type f ! -name '*.md' -print0 2>/dev/null | LC_ALL=C sort -z |
+    xargs -0 sha256sum | sha256sum | cut -d' ' -f1
+}
+
+# A build packed by `pack DEPS BUILD` from these sources: its programs find the wheel's LibTorch, the CUDA runtime
 # the wheel brings and libjpeg/libpng (DEPS/prefix/lib) by LD_LIBRARY_PATH, since its RUNPATH
 # names folders of the machine it was built on.
 use_packed_build() {
   [ -x "$DEPS/build/apps/stalepipe/stalepipe" ] || return 1
+  if [ "$(cat "$DEPS/build/sources.sha256" 2>/dev/null)" != "$(sources_digest)" ]; then
+    echo "the packed build in $DEPS/build is of other sources than these: building instead"
+    return 1
+  fi
   local libs
   libs=$(python3 -c 'import glob, os, torch; t = os.path.dirname(torch.__file__)
 print(":".join([t + "/lib"] + sorted({os.path.dirname(p) for p in glob.glob(os.path.dirname(t) + "/nvidia/**/libcudart.so.*", recursive=True)})))') ||
@@ -404,7 +419,8 @@ tta() {
   prepare "$deps" "$out" || return 1
   local configs
   mapfile -t configs <<< "${TTA_CONFIGS:-"nonpipelined|--devices cuda:0
-2partitions-one-gpu|--pipeline 25 --devices cuda:0,cuda:0"}"
+2partitions-one-gpu|--pipeline 25 --devices cuda:0,cuda:0
+2partitions-one-gpu-graphs|--pipeline 25 --devices cuda:0,cuda:0 --cuda-graphs"}"
   local seed c name flags
   for seed in "${seeds[@]}"; do
     ((seed % 2 == 0)) && peer_tta "$OUT/tta.jsonl" "$seed" "$precision"
@@ -486,8 +502,9 @@ all() {
   export SPEED_OURS=${SPEED_OURS:-$TARGET_OURS} SPEED_PEERS=${SPEED_PEERS:-$TARGET_PEERS}
   for check in ${CHECKS:-graphs speed table5 tta}; do
     left=$((budget - SECONDS))
-    # The least time in which each gives something: the tests; 3 rounds; 4 profiles; 3 runs.
-    case $check in graphs) need=60 ;; speed) need=240 ;; table5) need=90 ;; *) need=150 ;; esac
+    # The least time in which each gives something: the tests; 3 rounds; 4 profiles; one
+    # seed's 4 runs (tta), 2 runs (precision).
+    case $check in graphs) need=60 ;; speed) need=240 ;; table5) need=90 ;; tta) need=180 ;; *) need=100 ;; esac
     if ((left < need)); then echo "== $check: skipped, $left s left (it needs $need)"; failed; continue; fi
     echo "== $check ($left s left)"
     case $check in

@@ -29,6 +29,10 @@ void Sgd::extrapolate(int steps, double lr) {
   }
 }
 
+bool Sgd::combines_always() const {
+  return options_.delay_nesterov() || (options_.spike_compensation() && options_.momentum() != 0);
+}
+
 bool Sgd::combines(int delay) const {
   if (options_.delay_nesterov()) return true;  // at every delay, so that graphs and eager agree
   return options_.spike_compensation() && delay > 0 && options_.momentum() != 0;
@@ -87,34 +91,46 @@ void Sgd::step(double lr, int delay) {
 // update_parameter's arithmetic, each operation once for all the weights: on a GPU a few
 // multi-tensor kernels instead of one per weight tensor (ResNet-56 has 167), as PyTorch's SGD
 // does there; on the CPU the foreach operations run tensor by tensor, the same bits.
-bool Sgd::step_grouped(double lr, bool combined, double a, double b) {
+bool Sgd::accumulate_grouped(Group& group) {
   const double m = options_.momentum();
-  std::vector<size_t> updated;
-  std::vector<torch::Tensor> weights, grads, bufs;
+  std::vector<torch::Tensor> grads;
   for (size_t i = 0; i < params_.size(); ++i) {
     if (!params_[i].grad().defined()) continue;
     if (m != 0 && !momentum_buffers_[i].defined()) return false;  // the first step makes them
-    updated.push_back(i);
-    weights.push_back(params_[i].data());
+    group.index.push_back(i);
+    group.weights.push_back(params_[i].data());
     grads.push_back(params_[i].grad().data());
-    if (m != 0) bufs.push_back(momentum_buffers_[i]);
+    if (m != 0) group.bufs.push_back(momentum_buffers_[i]);
   }
-  if (updated.empty()) return true;
-  std::vector<torch::Tensor> d_p =
-      options_.weight_decay() != 0 ? at::_foreach_add(grads, weights, options_.weight_decay()) : grads;
+  if (group.index.empty()) return true;
+  group.d_p = options_.weight_decay() != 0 ? at::_foreach_add(grads, group.weights, options_.weight_decay())
+                                           : std::move(grads);
   if (m != 0) {
-    at::_foreach_mul_(bufs, m);
-    at::_foreach_add_(bufs, d_p, 1 - options_.dampening());
-    if (combined) {
-      std::vector<torch::Tensor> scaled = at::_foreach_mul(bufs, a);
-      at::_foreach_add_(scaled, d_p, b);
-      d_p = std::move(scaled);
-    } else {
-      d_p = options_.nesterov() ? at::_foreach_add(d_p, bufs, m) : bufs;
-    }
+    at::_foreach_mul_(group.bufs, m);
+    at::_foreach_add_(group.bufs, group.d_p, 1 - options_.dampening());
   }
-  at::_foreach_add_(weights, d_p, -lr);
-  for (size_t k = 0; k < updated.size(); ++k) keep_norm(updated[k], weights[k]);
+  return true;
+}
+
+std::vector<torch::Tensor> Sgd::direction_grouped(Group& group) const {
+  const double m = options_.momentum();
+  if (m == 0) return std::move(group.d_p);
+  return options_.nesterov() ? at::_foreach_add(group.d_p, group.bufs, m) : group.bufs;
+}
+
+bool Sgd::step_grouped(double lr, bool combined, double a, double b) {
+  Group group;
+  if (!accumulate_grouped(group)) return false;
+  if (group.index.empty()) return true;
+  std::vector<torch::Tensor> d_p;
+  if (combined) {
+    d_p = at::_foreach_mul(group.bufs, a);
+    at::_foreach_add_(d_p, group.d_p, b);
+  } else {
+    d_p = direction_grouped(group);
+  }
+  at::_foreach_add_(group.weights, d_p, -lr);
+  for (size_t k = 0; k < group.index.size(); ++k) keep_norm(group.index[k], group.weights[k]);
   return true;
 }
 
@@ -144,17 +160,21 @@ bool Sgd::ready_on_device() const {
 
 void Sgd::step_on_device() {
   if (params_.empty()) return;
-  SP_CHECK(neg_lr_.defined() && ready_on_device(), "sgd: step_on_device() needs set_step_values() and the momentum "
-           "buffers of one step() first");
   torch::NoGradGuard no_grad;
-  const bool combined = options_.delay_nesterov() || (options_.spike_compensation() && options_.momentum() != 0);
-  const auto combine = [&](const torch::Tensor& buf, const torch::Tensor& d_p) -> torch::Tensor {
-    // addcmul_(x, t): x * t added with one rounding, as add_(x, alpha) adds alpha * x.
-    if (combined) return buf.mul(factor_a_).addcmul_(d_p, factor_b_);
-    return options_.nesterov() ? d_p.add(buf, options_.momentum()) : buf;
-  };
-  const auto descend = [&](torch::Tensor& weight, const torch::Tensor& d_p) { weight.addcmul_(d_p, neg_lr_); };
-  for (size_t i = 0; i < params_.size(); ++i) update_parameter(i, combine, descend);
+  Group group;
+  SP_CHECK(neg_lr_.defined() && accumulate_grouped(group), "sgd: step_on_device() needs set_step_values() and "
+           "the momentum buffers of one step() first");
+  if (group.index.empty()) return;
+  // step_grouped()'s operations, with lr, a and b read from the device: addcmul_(x, t) adds
+  // x * t with one rounding, as add_(x, alpha) adds alpha * x.
+  const bool combined = combines_always();
+  const std::vector<torch::Tensor> direction = combined ? std::vector<torch::Tensor>() : direction_grouped(group);
+  for (size_t k = 0; k < group.index.size(); ++k) {
+    const torch::Tensor d_p =
+        combined ? group.bufs[k].mul(factor_a_).addcmul_(group.d_p[k], factor_b_) : direction[k];
+    group.weights[k].addcmul_(d_p, neg_lr_);
+    keep_norm(group.index[k], group.weights[k]);
+  }
 }
 
 std::vector<std::pair<std::string, torch::Tensor>> Sgd::state_of(size_t i) const {

@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 
+#include <ATen/Context.h>
 #include <torch/types.h>
 
 namespace stalepipe::test {
@@ -12,5 +13,26 @@ inline torch::Device test_device() {
   const char* name = std::getenv("STALEPIPE_TEST_DEVICE");
   return name && *name ? torch::Device(name) : torch::Device(torch::kCPU);
 }
+
+// cuDNN's deterministic algorithms, benchmark mode off, while it lives (and the flags as they
+// were after): runs compared on a GPU then differ only by what the test is about, not by the
+// algorithms cuDNN picks per run (its default backward convolutions add in no fixed order).
+class DeterministicCuDNN {
+ public:
+  DeterministicCuDNN()
+      : deterministic_(at::globalContext().deterministicCuDNN()), benchmark_(at::globalContext().benchmarkCuDNN()) {
+    at::globalContext().setDeterministicCuDNN(true);
+    at::globalContext().setBenchmarkCuDNN(false);
+  }
+  ~DeterministicCuDNN() {
+    at::globalContext().setDeterministicCuDNN(deterministic_);
+    at::globalContext().setBenchmarkCuDNN(benchmark_);
+  }
+  DeterministicCuDNN(const DeterministicCuDNN&) = delete;
+  DeterministicCuDNN& operator=(const DeterministicCuDNN&) = delete;
+
+ private:
+  bool deterministic_, benchmark_;
+};
 
 }  // namespace stalepipe::test

@@ -76,8 +76,21 @@ class Sgd : public Optimizer {
   // with the momentum combination and the descent given as functions.
   template <typename Combine, typename Descend>
   void update_parameter(size_t i, const Combine& combine, const Descend& descend);
-  // step() for every parameter at once with multi-tensor (foreach) operations, once each
-  // parameter with a gradient has its momentum buffer; false (nothing done) before.
+  // Whether some delay's update is a * buf + b * g: step_on_device() then always computes it,
+  // so that the captured work does not depend on the delay.
+  bool combines_always() const;
+  // The parameters with a gradient, each operation once for all of them (multi-tensor
+  // foreach operations): their weights, d_p = grad + weight_decay * w, and their momentum
+  // buffers updated. False (nothing done) while one of them lacks its buffer (the first step).
+  struct Group {
+    std::vector<size_t> index;
+    std::vector<torch::Tensor> weights, d_p, bufs;
+  };
+  bool accumulate_grouped(Group& group);
+  // An update's direction without the combination: g + m * buf (Nesterov), buf, or g
+  // without momentum.
+  std::vector<torch::Tensor> direction_grouped(Group& group) const;
+  // step() for every parameter at once; false (nothing done) before every buffer exists.
   bool step_grouped(double lr, bool combined, double a, double b);
 
   std::vector<torch::Tensor> momentum_buffers_;

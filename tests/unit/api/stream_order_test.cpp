@@ -2,7 +2,6 @@
 // tensor that crosses from one partition's stream (or the caller's, or the batches' copy
 // stream) to another is read after an event that follows its write. On a GPU a missing wait
 // reads half-written memory; here the checker reports it although the work ran in order.
-#include <ATen/Context.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -180,10 +179,7 @@ std::vector<torch::Tensor> probe_run(const Probe& p, const char* executor, const
 
 TEST(StreamOrder, RaceProbeThreadsEqualEmulatedInEveryVariant) {
   const bool gpu = test::test_device().is_cuda();
-  if (gpu) {
-    at::globalContext().setDeterministicCuDNN(true);
-    at::globalContext().setBenchmarkCuDNN(false);
-  }
+  const test::DeterministicCuDNN deterministic;
   const data::Loader loader = test::synthetic_loader(gpu ? 512 : 64, gpu ? 64 : 16, 7);
   const Probe probes[] = {{"eager"}, {"graphs", true}, {"bf16", false, exec::Precision::kBf16}, {"replicas", false, exec::Precision::kFp32, 2}};
   for (const Probe& p : probes) {

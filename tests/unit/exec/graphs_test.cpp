@@ -39,11 +39,12 @@ GraphTarget graph_target() {
 // Trains `spec` with a cosine learning rate eagerly, then with graphs, from the same seed;
 // returns the graphed run's notes. The weights (and buffers) and the losses, read every 4
 // steps (a slot's next replay comes first), agree bit for bit on the CPU, where the update
-// with its values on the device rounds as the host's (tests/unit/optim); on a GPU within 1e-3
-// relative, 1e-5 absolute (the update's products may round apart from fused kernels, and cuDNN
-// picks its algorithms per run).
+// with its values on the device rounds as the host's (tests/unit/optim); on a GPU, with
+// cuDNN's deterministic algorithms, within 1e-3 relative, 1e-5 absolute (the descent's
+// product of lr may round apart from the fused kernels).
 std::vector<std::string> expect_graphed_equals_eager(RunSpec spec, const std::string& what) {
   const GraphTarget target = graph_target();
+  const DeterministicCuDNN deterministic;
   spec.device = target.device;
   spec.cosine_lr = true;
   spec.read_losses_every = 4;

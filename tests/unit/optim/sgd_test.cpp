@@ -1,5 +1,6 @@
 #include <algorithm>
 #include <cmath>
+#include <functional>
 
 #include <ATen/record_function.h>
 #include <gtest/gtest.h>
@@ -87,12 +88,13 @@ TEST(Sgd, AWeightWithoutAGradientOrStateYetUpdatesAsPyTorchs) {
 }
 
 // Once every weight has its momentum buffer, a step is a few multi-tensor operations for all
-// the weights, not a few per weight tensor: what a GPU launches per step.
+// the weights, not a few per weight tensor: what a GPU launches per step. The update a CUDA
+// graph captures (step_on_device) shares them up to its descent, whose lr is on the device.
 TEST(Sgd, AStepAfterTheFirstIsAFewOperationsForAllTheWeights) {
   static int foreach_ops = 0;
   torch::nn::Sequential net(torch::nn::Linear(4, 4), torch::nn::Linear(4, 4), torch::nn::Linear(4, 4));
   Sgd sgd(net->parameters(), UpdateOptions().momentum(0.9).weight_decay(5e-4));
-  const auto step = [&] {
+  const auto step = [&](const std::function<void()>& update) {
     net->forward(torch::ones({2, 4})).sum().backward();
     foreach_ops = 0;
     const at::CallbackHandle handle = at::addThreadLocalCallback(
@@ -100,14 +102,18 @@ TEST(Sgd, AStepAfterTheFirstIsAFewOperationsForAllTheWeights) {
           foreach_ops += std::string(fn.name()).rfind("aten::_foreach_", 0) == 0;
           return nullptr;
         }));
-    sgd.step(0.1);
+    update();
     at::removeCallback(handle);
     sgd.zero_grad();
   };
-  step();
+  const auto eager = [&] { sgd.step(0.1); };
+  step(eager);
   EXPECT_EQ(foreach_ops, 0) << "the first step makes the buffers one weight at a time";
-  step();
+  step(eager);
   EXPECT_EQ(foreach_ops, 4) << "weight decay, the buffers' scale and sum, the descent";
+  sgd.set_step_values(0.1, 0);
+  step([&] { sgd.step_on_device(); });
+  EXPECT_EQ(foreach_ops, 3) << "weight decay, the buffers' scale and sum";
 }
 
 // The property the stale pipeline relies on: an update between a forward and its backward
