@@ -1,6 +1,7 @@
 // exec::detail::StepGraph: at::cuda::CUDAGraph in a CUDA build, and the CPU stand-in.
 #include "step_graph_impl.h"
 
+#include <memory>
 #include <mutex>
 
 #include <ATen/CPUGeneratorImpl.h>
@@ -90,19 +91,42 @@ std::unique_ptr<StepGraph> make_replay_graph(const std::string& what) { return s
 
 namespace {
 
+// A capture registers its graph with the device's default CUDA generator (a set of graphs and
+// two tensors it may reallocate, kept without a lock: PyTorch captures one graph at a time),
+// and each replay and each graph's destruction update that state too. Partitions capture,
+// replay and drop their graphs from threads of their own, so these calls take this lock. A
+// capture's body holds it while it queues its work: nothing it waits for (the autograd
+// engine's threads among them) takes it.
+std::mutex& generator_state_mutex() {
+  static std::mutex mutex;
+  return mutex;
+}
+
 class CudaGraph final : public StepGraph {
  public:
-  CudaGraph(std::string what, CudaGraph* share_pool_of) : what_(std::move(what)), share_pool_of_(share_pool_of) {}
+  CudaGraph(std::string what, CudaGraph* share_pool_of) : what_(std::move(what)), share_pool_of_(share_pool_of) {
+    const std::lock_guard<std::mutex> lock(generator_state_mutex());
+    graph_ = std::make_unique<at::cuda::CUDAGraph>();
+  }
+
+  ~CudaGraph() override {
+    const std::lock_guard<std::mutex> lock(generator_state_mutex());
+    graph_.reset();
+  }
+
+  CudaGraph(const CudaGraph&) = delete;
+  CudaGraph& operator=(const CudaGraph&) = delete;
 
   void capture(const std::function<void()>& body, const GraphResults& /*results: a replay writes there*/) override {
+    const std::lock_guard<std::mutex> lock(generator_state_mutex());
     const c10::cuda::CUDAStream stream = c10::cuda::getCurrentCUDAStream();
     SP_CHECK(stream != c10::cuda::getDefaultCUDAStream(stream.device_index()), what_,
              ": a CUDA graph is captured on the partition's own stream, not the default one");
     try {
       // Thread-local: the threads executor runs other partitions' kernels from other threads
       // meanwhile. {0, 0}: a new private pool.
-      using Pool = decltype(graph_.pool());
-      graph_.capture_begin(share_pool_of_ ? share_pool_of_->graph_.pool() : Pool{0, 0}, cudaStreamCaptureModeThreadLocal);
+      using Pool = decltype(graph_->pool());
+      graph_->capture_begin(share_pool_of_ ? share_pool_of_->graph_->pool() : Pool{0, 0}, cudaStreamCaptureModeThreadLocal);
     } catch (const std::exception& e) {
       throw UsageError(c10::str(what_, ": cannot begin a CUDA graph capture: ", one_line_message(e)));
     }
@@ -111,27 +135,30 @@ class CudaGraph final : public StepGraph {
     } catch (const std::exception& e) {
       // Ends the capture (its error is the consequence of the body's) before the stream is used again.
       try {
-        graph_.capture_end();
+        graph_->capture_end();
       } catch (const std::exception&) {
       }
       (void)cudaGetLastError();
       throw UsageError(c10::str(what_, ": an operation cannot be captured in a CUDA graph: ", one_line_message(e)));
     }
     try {
-      graph_.capture_end();
+      graph_->capture_end();
     } catch (const std::exception& e) {
       (void)cudaGetLastError();
       throw UsageError(c10::str(what_, ": the CUDA graph capture failed: ", one_line_message(e)));
     }
-    graph_.replay();  // a capture records the work without running it
+    graph_->replay();  // a capture records the work without running it
   }
 
-  void replay() override { graph_.replay(); }
+  void replay() override {
+    const std::lock_guard<std::mutex> lock(generator_state_mutex());
+    graph_->replay();
+  }
 
  private:
   std::string what_;
   CudaGraph* share_pool_of_;
-  at::cuda::CUDAGraph graph_;
+  std::unique_ptr<at::cuda::CUDAGraph> graph_;
 };
 
 }  // namespace

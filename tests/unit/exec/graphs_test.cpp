@@ -7,7 +7,9 @@
 // STALEPIPE_TEST_DEVICE=cuda:N (scripts/gpu-check.sh graphs) trains on that GPU with real CUDA
 // graphs instead.
 #include <string>
+#include <thread>
 #include <utility>
+#include <vector>
 
 #include <gtest/gtest.h>
 #include <torch/nn/modules/dropout.h>
@@ -15,6 +17,7 @@
 
 #include "exec/step_graph_impl.h"
 #include "stalepipe/common/error.h"
+#include "stalepipe/exec/device_stream.h"
 #include "stalepipe/models/dropout.h"
 #include "support/error_of.h"
 #include "support/pipeline_runs.h"
@@ -241,6 +244,41 @@ TEST(Graphs, TheReplayStandInRefusesAFixedTensorThatMoved) {
   graph->capture([&] { w.mutable_grad() = torch::ones_like(w); }, results);  // re-allocates
   const std::string error = error_of<RuntimeError>([&] { graph->replay(); });
   EXPECT_NE(error.find("test graph: w's gradient moved"), std::string::npos) << error;
+}
+
+// Partitions capture, replay and drop their graphs from threads of their own, at once: on a
+// GPU each of these calls updates the default generator's record of graphs, which LibTorch
+// keeps without a lock (step_graph.cpp).
+TEST(Graphs, ThreadsCaptureReplayAndDropGraphsAtOnce) {
+  const GraphTarget target = graph_target();
+  constexpr int kThreads = 3, kGraphs = 40, kReplays = 4;
+  std::vector<std::string> errors(kThreads);
+  const auto work = [&](int t) {
+    try {
+      const auto stream = exec::make_stream(target.device);
+      const auto on_stream = stream->enter();
+      const torch::Tensor x = torch::full({256}, static_cast<float>(t), torch::TensorOptions(target.device));
+      torch::Tensor y = torch::zeros_like(x);
+      for (int g = 0; g < kGraphs; ++g) {
+        const std::string what = "thread " + std::to_string(t) + ", graph " + std::to_string(g);
+        auto graph = target.mode == exec::GraphMode::kCuda ? exec::detail::make_cuda_graph(what)
+                                                           : exec::detail::make_replay_graph(what);
+        exec::detail::GraphResults results;
+        results.outputs = [&y] { return std::vector<torch::Tensor*>{&y}; };
+        graph->capture([&] { y.copy_(x * 2 + g); }, results);
+        for (int r = 0; r < kReplays; ++r) graph->replay();
+        stream->synchronize();
+        const float expected = static_cast<float>(2 * t + g);
+        if (!torch::equal(y.cpu(), torch::full({256}, expected))) errors[t] = what + ": the replay's result differs";
+      }
+    } catch (const std::exception& e) {
+      errors[t] = e.what();
+    }
+  };
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) threads.emplace_back(work, t);
+  for (auto& thread : threads) thread.join();
+  for (int t = 0; t < kThreads; ++t) EXPECT_EQ(errors[t], "") << "thread " << t;
 }
 
 }  // namespace
