@@ -9,9 +9,16 @@
 
 namespace stalepipe::test {
 
+// Prints the stack on stderr when the process dies of SIGSEGV, SIGBUS or SIGABRT: a test on a
+// GPU machine that crashes at times, where no debugger is, then leaves where it crashed. Not
+// on the CPU, where the sanitizers' own handlers report.
+void install_crash_trace();
+
 inline torch::Device test_device() {
   const char* name = std::getenv("STALEPIPE_TEST_DEVICE");
-  return name && *name ? torch::Device(name) : torch::Device(torch::kCPU);
+  if (!(name && *name)) return torch::Device(torch::kCPU);
+  install_crash_trace();
+  return torch::Device(name);
 }
 
 // cuDNN's deterministic algorithms, benchmark mode off, while it lives (and the flags as they
