@@ -88,9 +88,9 @@ sources_digest() {
     xargs -0 sha256sum | sha256sum | cut -d' ' -f1
 }
 
-# A build packed by `pack DEPS BUILD` from these sources: its programs find the wheel's LibTorch, the CUDA runtime
-# the wheel brings and libjpeg/libpng (DEPS/prefix/lib) by LD_LIBRARY_PATH, since its RUNPATH
-# names folders of the machine it was built on.
+# A build packed by `pack DEPS BUILD` from these sources: its programs find the wheel's
+# LibTorch, the CUDA runtime the wheel brings and libjpeg/libpng (DEPS/prefix/lib) by
+# LD_LIBRARY_PATH, since its RUNPATH names folders of the machine it was built on.
 use_packed_build() {
   [ -x "$DEPS/build/apps/stalepipe/stalepipe" ] || return 1
   if [ "$(cat "$DEPS/build/sources.sha256" 2>/dev/null)" != "$(sources_digest)" ]; then
@@ -487,15 +487,16 @@ graphs() {
 # the tests on cuda:0 (graphs), the Table 5 compute model's check (table5:
 # bench/table5_prediction.sh on cuda:0; 15 s on an H200), the fp32 speed table of the ResNet-56
 # b128 rows the targets name (speed; SPEED_OURS and SPEED_PEERS replace them), time to accuracy
-# against PyTorch for seeds 1-3 in what is left (tta); CHECKS (default "graphs table5 speed tta", and precision) chooses
-# and orders them, SEEDS (default "1 2 3") the seeds of tta and precision. One build serves
+# against PyTorch for seeds 1-3 in what is left (tta); CHECKS (default "graphs table5 speed
+# tta", and precision) chooses and orders them, SEEDS (default "1 2 3") the seeds of tta and
+# precision. One build serves
 # all. Each check's console and files go to WORK/<check> (default /tmp/gpu-all); OUT receives
 # all of WORK as checks.tgz, each table (speed.md, tta.md, precision.md, table5.txt) and
 # nothing else, as the device tool returns few files.
 all() {
-  local deps=$1 out=$2 budget=$3 work=${WORK:-/tmp/gpu-all} check left need
+  local deps=$1 out=$2 budget=$3 work=${WORK:-/tmp/gpu-all} checks=${CHECKS:-graphs table5 speed tta} check left need
   [[ $budget =~ ^[0-9]+$ ]] || { echo "SECONDS $budget: expected a whole number"; return 2; }
-  for check in ${CHECKS:-graphs table5 speed tta}; do
+  for check in $checks; do
     case $check in graphs|speed|table5|tta|precision) ;;
       *) echo "CHECKS: $check is not one of graphs, speed, table5, tta, precision"; return 2 ;; esac
   done
@@ -503,7 +504,7 @@ all() {
   prepare "$deps" "$work" || return 1
   export SP DEVICE
   export SPEED_OURS=${SPEED_OURS:-$TARGET_OURS} SPEED_PEERS=${SPEED_PEERS:-$TARGET_PEERS}
-  for check in ${CHECKS:-graphs table5 speed tta}; do
+  for check in $checks; do
     left=$((budget - SECONDS))
     # The least time in which each gives something: the tests; 3 rounds; 4 profiles; one
     # seed's 4 runs (tta), 2 runs (precision).

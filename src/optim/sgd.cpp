@@ -34,8 +34,8 @@ bool Sgd::combines_always() const {
 }
 
 bool Sgd::combines(int delay) const {
-  if (options_.delay_nesterov()) return true;  // at every delay, so that graphs and eager agree
-  return options_.spike_compensation() && delay > 0 && options_.momentum() != 0;
+  // The look-ahead at every delay, so that graphs and eager agree; spike compensation where late.
+  return combines_always() && (options_.delay_nesterov() || delay > 0);
 }
 
 std::pair<double, double> Sgd::combine_factors(int delay) const {
@@ -49,8 +49,7 @@ std::pair<double, double> Sgd::combine_factors(int delay) const {
   return {a, (1 - options_.dampening()) * (1 - a) / (1 - m)};
 }
 
-template <typename Combine, typename Descend>
-void Sgd::update_parameter(size_t i, const Combine& combine, const Descend& descend) {
+void Sgd::update_parameter(size_t i, double lr, bool combined, double a, double b) {
   const torch::Tensor& grad = params_[i].grad();
   if (!grad.defined()) return;
   // data(): same storage, own version counter (optim/optimizer.h).
@@ -66,26 +65,23 @@ void Sgd::update_parameter(size_t i, const Combine& combine, const Descend& desc
     } else {
       buf.mul_(options_.momentum()).add_(d_p, 1 - options_.dampening());
     }
-    d_p = combine(buf, d_p);
+    if (combined) {
+      d_p = buf.mul(a).add_(d_p, b);
+    } else {
+      d_p = options_.nesterov() ? d_p.add(buf, options_.momentum()) : buf;
+    }
   }
-  descend(weight, d_p);
+  weight.add_(d_p, -lr);
   keep_norm(i, weight);
 }
 
 void Sgd::step(double lr, int delay) {
   torch::NoGradGuard no_grad;
   const bool combined = combines(delay);
-  // Plain variables: C++17 lambdas cannot capture structured bindings (clang refuses).
-  const std::pair<double, double> factors = combine_factors(delay);
-  const double a = factors.first, b = factors.second;
+  const auto [a, b] = combine_factors(delay);
   if (step_grouped(lr, combined, a, b)) return;
   // The first step (or one that starts a weight's momentum): one weight at a time.
-  const auto combine = [&](const torch::Tensor& buf, const torch::Tensor& d_p) -> torch::Tensor {
-    if (combined) return buf.mul(a).add_(d_p, b);
-    return options_.nesterov() ? d_p.add(buf, options_.momentum()) : buf;
-  };
-  const auto descend = [&](torch::Tensor& weight, const torch::Tensor& d_p) { weight.add_(d_p, -lr); };
-  for (size_t i = 0; i < params_.size(); ++i) update_parameter(i, combine, descend);
+  for (size_t i = 0; i < params_.size(); ++i) update_parameter(i, lr, combined, a, b);
 }
 
 // update_parameter's arithmetic, each operation once for all the weights: on a GPU a few

@@ -72,10 +72,9 @@ class Sgd : public Optimizer {
   // for a gradient of this delay, and a and b.
   bool combines(int delay) const;
   std::pair<double, double> combine_factors(int delay) const;
-  // One update of parameter i from its gradient: step()'s and step_on_device()'s shared part,
-  // with the momentum combination and the descent given as functions.
-  template <typename Combine, typename Descend>
-  void update_parameter(size_t i, const Combine& combine, const Descend& descend);
+  // One update of parameter i from its gradient, making its momentum buffer if it has none:
+  // step() where step_grouped() cannot run yet.
+  void update_parameter(size_t i, double lr, bool combined, double a, double b);
   // Whether some delay's update is a * buf + b * g: step_on_device() then always computes it,
   // so that the captured work does not depend on the delay.
   bool combines_always() const;
