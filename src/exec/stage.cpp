@@ -5,6 +5,7 @@
 
 #include <torch/autograd.h>
 
+#include "common/backward_impl.h"
 #include "stalepipe/common/error.h"
 #include "stalepipe/models/dropout.h"
 #include "stalepipe/models/in_place.h"
@@ -325,7 +326,7 @@ void backward_from(const std::vector<torch::Tensor>& roots, const std::vector<to
     used_roots.push_back(roots[i]);
     if (!grads.empty()) used_grads.push_back(grads[i]);
   }
-  if (!used_roots.empty()) torch::autograd::backward(used_roots, used_grads);
+  if (!used_roots.empty()) backward_on_this_thread(used_roots, used_grads);
 }
 
 }  // namespace detail

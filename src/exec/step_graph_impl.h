@@ -63,8 +63,8 @@ torch::Tensor generator_mark(bool cuda, const torch::Device& device);
 // Autograd from each root that needs a gradient and, where `grads` holds one per root, is given
 // one (empty `grads`: scalar roots, gradient 1). A root may be a leaf (a recomputed unit's
 // output or stash, an input stashed unchanged): backward fills its grad. One that needs no
-// gradient (data the first stage stashed) has no graph to run. (stage.cpp; the eager passes
-// and the backward graphs run this.)
+// gradient (data the first stage stashed) has no graph to run. It runs on the calling thread
+// (common/backward_impl.h). (stage.cpp; the eager passes and the backward graphs run this.)
 void backward_from(const std::vector<torch::Tensor>& roots, const std::vector<torch::Tensor>& grads);
 
 }  // namespace stalepipe::exec::detail

@@ -15,6 +15,7 @@
 #include <ATen/cuda/CUDAEvent.h>
 #endif
 
+#include "common/backward_impl.h"
 #include "common/json_number_impl.h"
 #include "stalepipe/common/device.h"
 #include "stalepipe/common/error.h"
@@ -171,7 +172,7 @@ void time_step(models::Model& model, const torch::Tensor& x, const Groups& group
     outs.push_back(h);
   }
   const size_t backward_start = clock.mark();
-  if (h.requires_grad()) h.backward(torch::ones_like(h));
+  if (h.requires_grad()) backward_on_this_thread({h}, {torch::ones_like(h)});  // as the stages run it
   const size_t backward_end = clock.mark();
   clock.finish();
   if (!record) return;
