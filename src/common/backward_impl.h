@@ -12,7 +12,7 @@ namespace stalepipe {
 // shared by every caller, so partitions or replicas that share a GPU would have their backward
 // kernels launched one caller at a time from that thread while their own threads wait. With the
 // engine's multithreading off (LibTorch 2.0 and later) each caller's backward runs on its own
-// thread, as a CPU tensors' backward always does; the nodes, their streams and their order are
+// thread, as a backward of CPU tensors always does; the nodes, their streams and their order are
 // the same, so the results are too.
 void backward_on_this_thread(const std::vector<torch::Tensor>& roots, const std::vector<torch::Tensor>& grads);
 
