@@ -95,8 +95,8 @@ namespace {
 // two tensors it may reallocate, kept without a lock: PyTorch captures one graph at a time),
 // and each replay and each graph's destruction update that state too. Partitions capture,
 // replay and drop their graphs from threads of their own, so these calls take this lock. A
-// capture's body holds it while it queues its work: nothing it waits for (the autograd
-// engine's threads among them) takes it.
+// capture's body holds it while it queues its work, its backward's included, which runs on
+// the capturing thread (common/backward_impl.h): it waits for no thread that takes it.
 std::mutex& generator_state_mutex() {
   static std::mutex mutex;
   return mutex;

@@ -37,8 +37,8 @@ class StepClock {
  public:
   explicit StepClock(const torch::Device& device) : cuda_(device.is_cuda()) {}
 
-  // The index of a new point. Called by one thread at a time (the backward's hooks run while
-  // the caller waits in backward()).
+  // The index of a new point. Called by one thread: the backward's hooks run on the thread
+  // that runs the step (common/backward_impl.h).
   size_t mark() {
 #ifdef STALEPIPE_CUDA
     if (cuda_) {
