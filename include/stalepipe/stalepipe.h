@@ -15,6 +15,7 @@
 #define STALEPIPE_VERSION_MINOR 4
 #define STALEPIPE_VERSION_PATCH 0
 
+#include "stalepipe/api/ahead_batches.h"
 #include "stalepipe/api/assemble.h"
 #include "stalepipe/api/loader_source.h"
 #include "stalepipe/api/options.h"

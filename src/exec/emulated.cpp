@@ -52,7 +52,7 @@ SegmentResult EmulatedExecutor::run(const schedule::Schedule& schedule,
   auto& replicas = workers.replicas;
   // The loop's step, not the op's: a loss read late names the step it belongs to.
   auto fail = [&](int i) {
-    for (Stage* s : stages) s->clear_in_flight();
+    detail::clear_in_flight(stages);
     detail::rethrow_with_context(std::current_exception(), i % K, loops[i].current_step(), R > 1 ? i / K : -1);
   };
   std::vector<size_t> next(K, 0);

@@ -96,7 +96,7 @@ SegmentResult ThreadsExecutor::run(const schedule::Schedule& schedule,
   for (auto& t : threads) t.join();
 
   if (first_error) {
-    for (Stage* s : stages) s->clear_in_flight();
+    detail::clear_in_flight(stages);
     detail::rethrow_with_context(first_error, error_worker % K, error_step, R > 1 ? error_worker / K : -1);
   }
   if (replicas) replicas->copy_buffers();

@@ -283,6 +283,10 @@ void check_stages(const schedule::Schedule& schedule, const std::vector<Stage*>&
            schedule.num_workers, " workers but there are ", stages.size(), " partitions");
 }
 
+void clear_in_flight(const std::vector<Stage*>& stages) {
+  for (Stage* s : stages) s->clear_in_flight();
+}
+
 void rethrow_with_context(std::exception_ptr error, int worker, int64_t step, int replica) {
   const std::string where = c10::str(replica >= 0 ? c10::str("replica ", replica + 1, ", ") : std::string(),
                                      "partition ", worker + 1, ", mini-batch ", step, ": ");

@@ -112,6 +112,10 @@ void use_worker_threads(const SegmentContext& context, int worker);
 // Throws RuntimeError unless there is one stage per worker of the schedule.
 void check_stages(const schedule::Schedule& schedule, const std::vector<Stage*>& stages);
 
+// After a failure: drops every partition's mini-batches in flight and the gradients their
+// backwards left (Stage::clear_in_flight).
+void clear_in_flight(const std::vector<Stage*>& stages);
+
 // Adds "[replica r, ]partition k, mini-batch t: " to an exception's message, keeping its kind
 // (replica < 0: one pipeline).
 [[noreturn]] void rethrow_with_context(std::exception_ptr error, int worker, int64_t step, int replica = -1);

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <map>
 #include <mutex>
+#include <set>
 #include <unordered_map>
 
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -34,6 +35,7 @@ struct Access {
   bool view = false;  // returns views and writes nothing: touches no data
   std::vector<bool> writes_argument;
   std::vector<bool> writes_return;
+  std::vector<bool> fresh_return;  // a new tensor, made by the operation (no alias annotation)
 };
 
 Access access_of(const at::RecordFunction& fn) {
@@ -45,7 +47,10 @@ Access access_of(const at::RecordFunction& fn) {
   const c10::FunctionSchema& schema = handle->schema();
   access.known = true;
   for (const c10::Argument& a : schema.arguments()) access.writes_argument.push_back(a.alias_info() && a.alias_info()->isWrite());
-  for (const c10::Argument& r : schema.returns()) access.writes_return.push_back(!r.alias_info() || r.alias_info()->isWrite());
+  for (const c10::Argument& r : schema.returns()) {
+    access.writes_return.push_back(!r.alias_info() || r.alias_info()->isWrite());
+    access.fresh_return.push_back(!r.alias_info());
+  }
   const auto none = [](const std::vector<bool>& v) { return std::none_of(v.begin(), v.end(), [](bool b) { return b; }); };
   access.view = !schema.returns().empty() && none(access.writes_argument) && none(access.writes_return);
   return access;
@@ -68,7 +73,7 @@ thread_local std::vector<size_t> entered;  // the streams this thread is in, inn
 
 bool watched() { return watched_generation != 0 && watched_generation == generation.load(); }
 
-void watch_this_thread() {
+void watch_thread() {
   if (watched()) return;
   watched_generation = generation.load();
   entered.clear();
@@ -82,18 +87,33 @@ std::string stream_name(size_t id) { return id == 0 ? std::string("the default s
 }  // namespace
 
 struct StreamChecker::State final : exec::detail::CpuStreams {
-  struct Write {
-    c10::weak_intrusive_ptr<c10::StorageImpl> storage;  // keeps the key's address from reuse
-    size_t stream;
-    uint64_t point;  // the writing stream's count of operations at the write
+  static constexpr size_t kUnknown = static_cast<size_t>(-1);
+
+  struct Use {
+    uint64_t point;  // the using stream's count of operations at the use
     std::string op;
+  };
+
+  // What the checker knows of one storage.
+  struct Entry {
+    c10::weak_intrusive_ptr<c10::StorageImpl> storage;  // keeps the key's address from reuse
+    size_t writer = kUnknown;                           // the stream of the last write
+    Use write;
+    std::map<size_t, Use> reads;  // since the last write, per stream
+    // The stream whose operation made the storage (a GPU's caching allocator gives the block to
+    // it); kUnknown where made before the checker or by an unwatched thread.
+    size_t owner = kUnknown;
+    std::map<size_t, Use> uses;  // the last use by each other stream that holds no claim on it
+    std::set<size_t> holders;       // streams that called hold() on it
   };
 
   mutable std::mutex mutex;
   std::vector<Clock> streams{Clock(1, 0)};  // [id]: what each stream's work is ordered after
   Clock host;                               // what a host thread has waited for
-  std::unordered_map<const c10::StorageImpl*, Write> writes;
-  size_t writes_since_purge = 0;
+  std::unordered_map<const c10::StorageImpl*, Entry> entries;
+  // Entries used by a stream other than their owner's without its hold: checked when freed.
+  std::set<const c10::StorageImpl*> lent;
+  size_t touches_since_purge = 0;
   std::map<std::string, int64_t> races;  // description -> times seen
   std::unordered_map<std::string, Access> accesses;
   at::CallbackHandle callback = 0;
@@ -105,12 +125,40 @@ struct StreamChecker::State final : exec::detail::CpuStreams {
   // Under the mutex from here on.
   Clock& clock(size_t id) { return streams.at(id); }
 
+  bool ordered(size_t id, size_t other, uint64_t point) { return other == id || at(clock(id), other) >= point; }
+
   // The next operation of stream `id`: after what the host waited for, one more of its own.
+  // Memory freed with another stream's use outstanding and no hold by it may be reused by this
+  // operation, when this stream owns it, unless this stream is ordered after that use.
   void begin_op(size_t id) {
     Clock& c = clock(id);
     join(c, host);
+    check_freed(id);
     if (c.size() <= id) c.resize(id + 1, 0);
     ++c[id];
+  }
+
+  void check_freed(size_t id) {
+    for (auto it = lent.begin(); it != lent.end();) {
+      auto e = entries.find(*it);
+      if (e == entries.end()) {
+        it = lent.erase(it);
+        continue;
+      }
+      Entry& entry = e->second;
+      if (!entry.storage.expired() || entry.owner != id) {
+        ++it;
+        continue;
+      }
+      for (const auto& [other, use] : entry.uses) {
+        if (entry.holders.count(other) || ordered(id, other, use.point)) continue;
+        ++races[c10::str("memory ", use.op, " on ", stream_name(other), " used is freed and reused on ",
+                         stream_name(id), ", which owns it, with no hold by ", stream_name(other),
+                         " and no wait for that use")];
+      }
+      entries.erase(e);
+      it = lent.erase(it);
+    }
   }
 
   const Access& access(const at::RecordFunction& fn) {
@@ -121,27 +169,62 @@ struct StreamChecker::State final : exec::detail::CpuStreams {
     return it->second;
   }
 
-  void touch(const at::Tensor& t, size_t id, bool write, const char* op) {
+  // `made`: t is an operation's fresh result (its storage was allocated by this operation).
+  void touch(const at::Tensor& t, size_t id, bool write, const char* op, bool made = false) {
     if (!t.defined() || !t.has_storage()) return;
     const c10::StorageImpl* key = t.storage().unsafeGetStorageImpl();
-    auto it = writes.find(key);
-    if (it != writes.end()) {
-      const Write& w = it->second;
-      if (w.stream != id && at(clock(id), w.stream) < w.point) {
-        ++races[c10::str(op, " on ", stream_name(id), (write ? " writes" : " reads"), " what ", w.op, " wrote on ",
-                         stream_name(w.stream), ", with no wait for that write")];
-      }
+    auto it = entries.find(key);
+    if (it != entries.end() && it->second.storage.expired()) {  // a new storage at a freed one's address
+      lent.erase(key);
+      entries.erase(it);
+      it = entries.end();
     }
-    if (!write) return;
-    writes.insert_or_assign(key, Write{t.storage().getWeakStorageImpl(), id, at(clock(id), id), op});
-    if (++writes_since_purge > 20000) purge();
+    if (it == entries.end()) {
+      it = entries.emplace(key, Entry{t.storage().getWeakStorageImpl()}).first;
+      if (made && write) it->second.owner = id;
+    }
+    Entry& e = it->second;
+    const uint64_t now = at(clock(id), id);
+    if (e.writer != kUnknown && !ordered(id, e.writer, e.write.point)) {
+      ++races[c10::str(op, " on ", stream_name(id), (write ? " writes" : " reads"), " what ", e.write.op,
+                       " wrote on ", stream_name(e.writer), ", with no wait for that write")];
+    }
+    if (write) {
+      for (const auto& [reader, read] : e.reads) {
+        if (ordered(id, reader, read.point)) continue;
+        ++races[c10::str(op, " on ", stream_name(id), " writes what ", read.op, " read on ", stream_name(reader),
+                         ", with no wait for that read")];
+      }
+      e.reads.clear();
+      e.writer = id;
+      e.write = Use{now, op};
+    } else {
+      e.reads[id] = Use{now, op};
+    }
+    if (e.owner != kUnknown && e.owner != id && !e.holders.count(id)) {
+      e.uses[id] = Use{now, op};
+      lent.insert(key);
+    }
+    if (++touches_since_purge > 20000) purge();
   }
 
-  // Entries of freed storages: no tensor can reach them again.
+  void hold(const at::Tensor& t, size_t id) {
+    if (!t.defined() || !t.has_storage()) return;
+    const c10::StorageImpl* key = t.storage().unsafeGetStorageImpl();
+    auto it = entries.find(key);
+    if (it == entries.end() || it->second.storage.expired()) {
+      lent.erase(key);
+      it = entries.insert_or_assign(key, Entry{t.storage().getWeakStorageImpl()}).first;
+    }
+    it->second.holders.insert(id);
+    it->second.uses.erase(id);
+  }
+
+  // Entries of freed storages that no stream's reuse needs to check: no tensor reaches them.
   void purge() {
-    writes_since_purge = 0;
-    for (auto it = writes.begin(); it != writes.end();) {
-      it = it->second.storage.expired() ? writes.erase(it) : std::next(it);
+    touches_since_purge = 0;
+    for (auto it = entries.begin(); it != entries.end();) {
+      it = it->second.storage.expired() && !lent.count(it->first) ? entries.erase(it) : std::next(it);
     }
   }
 };
@@ -180,7 +263,8 @@ void on_end(const at::RecordFunction& fn, at::ObserverContext* context) {
   const auto& outputs = fn.outputs();
   for (size_t i = 0; i < outputs.size(); ++i) {
     if (access.known && i < access.writes_return.size() && !access.writes_return[i]) continue;  // a view
-    for_each_tensor(outputs[i], [&](const at::Tensor& t) { state->touch(t, op->id, /*write=*/true, fn.name()); });
+    const bool made = access.known && i < access.fresh_return.size() && access.fresh_return[i];
+    for_each_tensor(outputs[i], [&](const at::Tensor& t) { state->touch(t, op->id, /*write=*/true, fn.name(), made); });
   }
 }
 
@@ -214,7 +298,7 @@ class CheckedStream final : public exec::DeviceStream {
   CheckedStream(StreamChecker::State& state, size_t id) : state_(state), id_(id) {}
   torch::Device device() const override { return torch::kCPU; }
   std::unique_ptr<Scope> enter() override {
-    watch_this_thread();
+    watch_thread();
     entered.push_back(id_);
     return std::make_unique<CheckedScope>();
   }
@@ -241,7 +325,10 @@ class CheckedStream final : public exec::DeviceStream {
     join(clock, state_.host);
     join(state_.clock(id_), clock);
   }
-  void hold(const torch::Tensor&) override {}
+  void hold(const torch::Tensor& tensor) override {
+    std::lock_guard<std::mutex> lock(state_.mutex);
+    state_.hold(tensor, id_);
+  }
   void synchronize() override {
     std::lock_guard<std::mutex> lock(state_.mutex);
     join(state_.host, state_.clock(id_));
@@ -268,7 +355,7 @@ StreamChecker::StreamChecker() : state_(std::make_unique<State>()) {
   State* expected = nullptr;
   SP_CHECK(active.compare_exchange_strong(expected, state_.get()), "StreamChecker: one at a time");
   ++generation;
-  watch_this_thread();
+  watch_thread();
   state_->previous = exec::detail::set_cpu_streams(state_.get());
   state_->callback = at::addGlobalCallback(at::RecordFunctionCallback(&on_start, &on_end)
                                                .needsInputs(true)
@@ -281,6 +368,10 @@ StreamChecker::~StreamChecker() {
   exec::detail::set_cpu_streams(state_->previous);
   ++generation;  // no thread is watched any more
   active.store(nullptr);
+}
+
+void StreamChecker::watch_this_thread() {
+  if (active.load()) watch_thread();
 }
 
 std::vector<std::string> StreamChecker::races() const {

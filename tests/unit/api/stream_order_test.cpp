@@ -5,6 +5,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "exec/worker_impl.h"
+#include "stalepipe/api/ahead_batches.h"
 #include "stalepipe/api/loader_source.h"
 #include "stalepipe/stalepipe.h"
 #include "support/error_of.h"
@@ -67,6 +69,54 @@ TEST(StreamChecker, AnEventAfterTheWriteAJoinOrAHostSynchronisationOrdersIt) {
   EXPECT_THAT(checker.races(), IsEmpty());
 }
 
+TEST(StreamChecker, ReportsAWriteOnAnotherStreamWithNoWaitForAnEarlierRead) {
+  const StreamChecker checker;
+  Streams s;
+  const torch::Tensor x = written_on(*s.a);
+  s.b->wait(s.a->record().get());
+  read_on(*s.b, x);
+  {
+    const auto on_a = s.a->enter();
+    x.mul_(3);  // may overwrite x while stream b still reads it
+  }
+  ASSERT_THAT(checker.races(), SizeIs(1));
+  EXPECT_NE(checker.races()[0].find("aten::mul_ on stream 1 writes what aten::neg read on stream 2, with no wait for that read"),
+            std::string::npos)
+      << checker.races()[0];
+  s.b->wait(s.a->record().get());
+  read_on(*s.b, x);
+  s.a->wait(s.b->record().get());
+  {
+    const auto on_a = s.a->enter();
+    x.mul_(3);
+  }
+  EXPECT_THAT(checker.races(), SizeIs(1)) << "the read before the wait was ordered";
+}
+
+TEST(StreamChecker, ReportsMemoryAnotherStreamUsedFreedWithNoHoldThenReusedByItsOwner) {
+  const StreamChecker checker;
+  Streams s;
+  const auto made_read_freed = [&](bool hold, bool wait) {
+    torch::Tensor x = written_on(*s.a);
+    s.b->wait(s.a->record().get());
+    if (hold) s.b->hold(x);
+    read_on(*s.b, x);
+    const auto read = s.b->record();
+    x = torch::Tensor();  // freed: on a GPU its memory goes back to stream a
+    if (wait) s.a->wait(read.get());
+    (void)written_on(*s.a);  // stream a's next allocation may get that memory
+  };
+  made_read_freed(/*hold=*/true, /*wait=*/false);
+  made_read_freed(/*hold=*/false, /*wait=*/true);
+  EXPECT_THAT(checker.races(), IsEmpty());
+  made_read_freed(/*hold=*/false, /*wait=*/false);
+  ASSERT_THAT(checker.races(), SizeIs(1));
+  EXPECT_NE(checker.races()[0].find("memory aten::neg on stream 2 used is freed and reused on stream 1, which owns it, "
+                                    "with no hold by stream 2"),
+            std::string::npos)
+      << checker.races()[0];
+}
+
 // The step interface: the caller writes each batch on its stream while the pipeline runs; a
 // failed run's queued work ends before load() replaces the weights.
 exec::LossFn nan_at(int64_t bad) {
@@ -123,6 +173,80 @@ TEST(StreamOrder, ReplicasAndEvaluationOrderTheirWorkOnEveryExecutor) {
     EXPECT_GT(result.epochs.size(), 0u);
     EXPECT_THAT(checker.races(), IsEmpty()) << executor;
   }
+}
+
+// Batches made on threads of their own, as the Python package's Dataset and DataLoader sources
+// make them (AheadBatches): a reader thread writes them on its current stream while the
+// pipeline runs, and partition 1's stream reads them.
+class MadeOnThreads final : public AheadBatches {
+ public:
+  MadeOnThreads() : AheadBatches(/*threads=*/2, /*ahead=*/3) {}
+  ~MadeOnThreads() override { stop_reading(); }
+  int64_t batches_per_epoch() const override { return 8; }
+  void start_epoch(int64_t, int64_t first) override { start_reading(first); }
+
+ private:
+  exec::Input produce(int64_t index) override {
+    if (index >= batches_per_epoch()) return {};
+    StreamChecker::watch_this_thread();
+    torch::Tensor x = torch::ones({8, 1, 32, 32});
+    x.mul_(0.1 * static_cast<double>(index % 5));
+    return {x, torch::full({8}, index % 10, torch::kLong)};
+  }
+};
+
+TEST(StreamOrder, BatchesMadeAheadOnThreadsAreReadAfterTheirWrites) {
+  for (const char* executor : {"emulated", "threads"}) {
+    const StreamChecker checker;
+    Options o;
+    o.optimizer().lr_schedule(LrScheduleKind::kConstant);
+    o.pipeline().ppv({1, 3}).executor(exec::executor_from_name(executor)).threads_per_worker(1);
+    o.run().epochs(1);
+    torch::manual_seed(2);
+    PipelineTrainer trainer(models::make_model("lenet5", models::InputShape{}), o, 8);
+    MadeOnThreads batches;
+    trainer.fit(batches);
+    EXPECT_THAT(checker.races(), IsEmpty()) << executor;
+  }
+}
+
+// A replica whose gradient sum was cut short by a failure (the summing replica's stream may
+// still have copies queued into its gradients) is cleared only after every partition's stream
+// is done: here replica 2's stream writes into replica 1's gradients, as such a sum does, and
+// the cleanup of the failure follows.
+TEST(StreamOrder, TheCleanupAfterAFailureWaitsForEveryReplicasStreamBeforeItClearsAny) {
+  const data::Loader loader = test::synthetic_loader(64, 16, 7);
+  const StreamChecker checker;
+  Options o;
+  o.optimizer().lr(0.05).lr_schedule(LrScheduleKind::kConstant);
+  o.pipeline().ppv({2}).replicas(2).threads_per_worker(1).executor(exec::ExecutorKind::kThreads);
+  o.data().batch_size(16);
+  o.run().epochs(1000).max_steps(6).seed(7);
+  torch::manual_seed(7);
+  PipelineTrainer trainer(models::make_model("lenet5", models::InputShape{}), o, loader.batches_per_epoch());
+  exec::GraphSettings graphs;  // armed graphs keep the gradients and zero them in place
+  graphs.mode = exec::GraphMode::kReplayForTests;
+  graphs.batch_size = 8;
+  std::vector<exec::Stage*> stages;
+  for (exec::Pipeline* pipeline : trainer.pipelines()) {
+    for (exec::Stage* stage : pipeline->stages()) {
+      stage->use_graphs(graphs);
+      stages.push_back(stage);
+    }
+  }
+  LoaderSource source(loader);
+  trainer.fit(source);
+  ASSERT_GT(stages[0]->graphed_passes(), 0);
+  exec::Stage& mine = *stages[0];
+  exec::Stage& summer = *stages[2];  // replica 2's partition 1
+  summer.stream().wait(mine.stream().record().get());
+  {
+    const auto on_stream = summer.stream().enter();
+    torch::NoGradGuard no_grad;
+    for (const torch::Tensor& p : mine.optimizer().params()) p.grad().add_(1);
+  }
+  exec::detail::clear_in_flight(stages);
+  EXPECT_THAT(checker.races(), IsEmpty());
 }
 
 // The race probe: the threads executor, whose partitions overlap, trains what the emulated
