@@ -1,6 +1,7 @@
 #include "stalepipe/api/ahead_batches.h"
 
 #include "stalepipe/common/error.h"
+#include "stalepipe/exec/device_stream.h"
 
 namespace stalepipe {
 
@@ -36,6 +37,11 @@ void AheadBatches::read_loop() {
     Slot slot;
     try {
       slot.input = produce(index);
+      // produce() wrote the batch on this thread's current stream (a Dataset that moves its
+      // samples to a GPU): partition 1's stream reads it after this event.
+      if (slot.input.x.defined() && !slot.input.ready) {
+        slot.input.ready = exec::current_stream(slot.input.x.device())->record();
+      }
     } catch (...) {
       slot.error = std::current_exception();
     }

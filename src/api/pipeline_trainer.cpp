@@ -148,8 +148,14 @@ EvalResult PipelineTrainer::evaluate(BatchSource& test) {
     exec::Input in = group.owns(0) ? test.next() : exec::Input{};
     const int64_t known = test.batches_per_epoch();
     if (group.owns(0) ? !in.x.defined() : b >= known) break;
-    // The prediction runs on this thread's current stream, after the batch's copy ahead.
-    if (in.ready) exec::current_stream(in.x.device())->wait(in.ready.get());
+    // The prediction runs on this thread's current stream, after the batch's copy ahead; the
+    // batch's memory, the copy stream's, is not reused before the prediction is done.
+    if (in.ready) {
+      const auto stream = exec::current_stream(in.x.device());
+      stream->wait(in.ready.get());
+      stream->hold(in.x);
+      stream->hold(in.target);
+    }
     auto [out, target] = group.predict(workers_->pipeline(), in.x, in.target, b);
     if (!out.defined()) continue;
     const double n = static_cast<double>(target.size(0));

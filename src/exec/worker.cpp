@@ -284,6 +284,9 @@ void check_stages(const schedule::Schedule& schedule, const std::vector<Stage*>&
 }
 
 void clear_in_flight(const std::vector<Stage*>& stages) {
+  // A replica cancelled while another replica summed the gradients never waited for that sum,
+  // whose copies into its gradients may still be queued on the summing replica's stream.
+  for (Stage* s : stages) s->stream().synchronize();
   for (Stage* s : stages) s->clear_in_flight();
 }
 
