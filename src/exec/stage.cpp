@@ -373,6 +373,7 @@ StageTensors Stage::backward(int64_t step, const StageTensors& grad_output, int 
       }
     }
     if (!head_grads.empty()) recompute_backward(step, micro, p, std::move(head_grads));
+    if (graphs_) graphs_->warm_thread = std::this_thread::get_id();
     grad_input.main = inputs[0];
     for (size_t i = 0; i < p.skip_inputs.size(); ++i) {
       const torch::Tensor g = inputs[1 + i];

@@ -59,6 +59,11 @@ void Stage::Graphs::Slot::take(const Pending& p, const torch::Tensor& y) {
   if (y.defined()) write(target, y);
 }
 
+void Stage::Graphs::check_warm(const char* what) const {
+  SP_CHECK(warm(), where, ": the ", what, " graph would be captured on a thread that ran no pass of the partition "
+           "eagerly in this segment");
+}
+
 void Stage::Graphs::arm(const std::vector<torch::Tensor>& params) {
   if (armed) return;
   for (size_t i = 0; i < params.size(); ++i) {
@@ -131,6 +136,7 @@ void Stage::begin_graphs_segment(int micro_batches) {
   }
   g.whole_rows = rows;
   g.whole_loss_scale = static_cast<double>(rows) / static_cast<double>(batch);
+  g.warm_thread = std::thread::id();
 }
 
 torch::Tensor Stage::watched_unit(size_t u, torch::Tensor x, models::SkipTable& table) {
@@ -198,6 +204,10 @@ bool Stage::graphed_forward(int64_t step, int micro, Pending& p, const torch::Te
   g.arm(optimizer_->params());
   const int index = g.free_slot(in_flight_);
   Graphs::Slot& slot = *g.slots[index];
+  if (!slot.forward && !g.warm()) {  // warms this segment's thread first
+    ++g.eager_passes;
+    return false;
+  }
   const auto on_stream = stream_->enter();
   slot.take(p, y);
   slot.step = step;
@@ -232,6 +242,7 @@ void Stage::capture_forward(int index) {
     return all;
   };
   results.fixed = [this, index] { return fixed_tensors(index); };
+  g.check_warm("forward");
   g.captured = true;  // the units were watched in the eager passes; the capture records none
   auto graph = g.make();
   graph->capture([this, &slot] { compute_forward(slot.step, slot.micro, slot.pending, slot.target, slot.loss_scale, slot.loss); },
@@ -256,6 +267,7 @@ StageTensors Stage::graphed_backward(Pending& p, const std::vector<torch::Tensor
   } else {
     // The forward's pool: a slot's backward always replays right after its forward, before
     // the slot's next forward.
+    graphs_->check_warm("backward");
     auto graph = graphs_->make(slot.forward.get());
     detail::GraphResults results;
     results.fixed = [this, index = p.slot] { return fixed_tensors(index); };
@@ -282,7 +294,7 @@ StageTensors Stage::graphed_backward(Pending& p, const std::vector<torch::Tensor
 bool Stage::graphed_update(double lr, int delay) {
   if (!graphs_) return false;
   Graphs& g = *graphs_;
-  if (!g.armed || !optimizer_->ready_on_device()) {  // eager: the warm-up
+  if (!g.armed || !optimizer_->ready_on_device() || (!g.update && !g.warm())) {  // eager: the warm-up
     const auto& params = optimizer_->params();
     g.had_gradient.assign(params.size(), false);
     for (size_t i = 0; i < params.size(); ++i) g.had_gradient[i] = params[i].grad().defined();
@@ -299,6 +311,7 @@ bool Stage::graphed_update(double lr, int delay) {
   }
   detail::GraphResults results;
   results.fixed = [this] { return fixed_tensors(-1); };
+  g.check_warm("update");
   auto graph = g.make();
   graph->capture([this] {
     optimizer_->step_on_device();

@@ -4,6 +4,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "stalepipe/exec/stage.h"
@@ -36,6 +37,11 @@ struct Stage::Graphs {
   double whole_loss_scale = 1.0;
   bool captured = false;  // a forward was captured: units were watched for random draws before
   int eager_updates = 0;
+  // The thread that ran a forward and backward of this partition eagerly in the current
+  // segment: the only one that may capture. A thread's first passes fill its per-thread
+  // caches (cuDNN's plans, cuBLAS's handle and workspace), which a capture must not create;
+  // each segment of the threads executor runs on new threads.
+  std::thread::id warm_thread;
   int64_t passes = 0;  // graphed ones
   int64_t eager_passes = 0;  // ones that ran eagerly instead
   // The parameters' gradients were made to stay (allocated before the first capture): zeroed
@@ -48,6 +54,10 @@ struct Stage::Graphs {
   // unique_ptr: the graphs' bodies refer to their slot, which must not move.
   std::vector<std::unique_ptr<Slot>> slots;
   std::unique_ptr<detail::StepGraph> update;
+
+  bool warm() const { return warm_thread == std::this_thread::get_id(); }
+  // A capture's check that warm() holds.
+  void check_warm(const char* what) const;
 
   // Before the first capture: every parameter that had a gradient gets one that stays.
   void arm(const std::vector<torch::Tensor>& params);

@@ -19,8 +19,10 @@
 #include "stalepipe/common/error.h"
 #include "stalepipe/exec/device_stream.h"
 #include "stalepipe/models/dropout.h"
+#include "stalepipe/stalepipe.h"
 #include "support/error_of.h"
 #include "support/pipeline_runs.h"
+#include "support/temp_dir.h"
 #include "support/test_device.h"
 
 namespace stalepipe::test {
@@ -77,6 +79,17 @@ std::vector<std::string> expect_graphed_equals_eager(RunSpec spec, const std::st
   return notes;
 }
 
+exec::Stage small_stage(torch::nn::Sequential module, size_t recompute_units = 0) {
+  return exec::Stage(std::move(module), exec::StageOptions(0, 1).recompute_units(recompute_units));
+}
+
+exec::GraphSettings replay_settings(int64_t batch_size) {
+  exec::GraphSettings settings;
+  settings.mode = exec::GraphMode::kReplayForTests;
+  settings.batch_size = batch_size;
+  return settings;
+}
+
 RunSpec lenet5_two_partitions() {
   RunSpec spec;
   spec.ppv = {2};
@@ -109,6 +122,8 @@ TEST(Graphs, LeNetEqualsEagerWithMicroBatchesStashingPredictionAndASwitch) {
   spec.weight_prediction = spec.spike_compensation = false;
   spec.switch_step = 6;  // stale, then sequential: the slots of the first segment serve the second
   expect_graphed_equals_eager(spec, "hybrid");
+  spec.executor = "threads";
+  expect_graphed_equals_eager(spec, "hybrid, threads");
 }
 
 TEST(Graphs, ResNetWithBatchNormEqualsEager) {
@@ -148,24 +163,51 @@ TEST(Graphs, AResumeAtAPartialBatchCapturesAtTheFirstWholeOne) {
 // GPipe's micro-batches of 8, then sequential mini-batches of 16: the switch drops the
 // micro-batches' graphs and the first whole mini-batch captures new ones; no pass runs eagerly
 // for its shapes (that would leave a note).
+// Each segment of the threads executor runs on new threads, so the new graphs are captured
+// there only after one eager pass (a capture on a thread that ran none throws).
 TEST(Graphs, ASwitchToOtherMicroBatchesCapturesAnew) {
   RunSpec spec = lenet5_two_partitions();
   spec.before_switch = ScheduleKind::kGPipe;
   spec.micro_batches = 2;
   spec.switch_step = 6;
-  const auto notes = expect_graphed_equals_eager(spec, "gpipe M=2, then sequential");
-  EXPECT_TRUE(notes.empty()) << notes.front();
+  for (const char* executor : {"emulated", "threads"}) {
+    spec.executor = executor;
+    const auto notes = expect_graphed_equals_eager(spec, c10::str("gpipe M=2, then sequential, ", executor));
+    EXPECT_TRUE(notes.empty()) << notes.front();
+  }
 }
 
-exec::Stage small_stage(torch::nn::Sequential module, size_t recompute_units = 0) {
-  return exec::Stage(std::move(module), exec::StageOptions(0, 1).recompute_units(recompute_units));
-}
-
-exec::GraphSettings replay_settings(int64_t batch_size) {
-  exec::GraphSettings settings;
-  settings.mode = exec::GraphMode::kReplayForTests;
-  settings.batch_size = batch_size;
-  return settings;
+// A load() drops the graphs (the weights may move); the next segment, on new threads with the
+// threads executor, runs a pass of each partition eagerly before it captures them again.
+TEST(Graphs, ALoadCapturesAgainOnlyAfterAnEagerPassOnTheNewThreads) {
+  const TempDir dir;
+  for (const char* executor : {"emulated", "threads"}) {
+    Options o;
+    o.optimizer().lr(0.05).lr_schedule(LrScheduleKind::kConstant);
+    o.pipeline().ppv({2}).threads_per_worker(1).executor(exec::executor_from_name(executor));
+    torch::manual_seed(4);
+    PipelineTrainer trainer(models::make_model("lenet5", models::InputShape{}), o);
+    exec::GraphSettings graphs = replay_settings(8);
+    for (auto* stage : trainer.pipeline().stages()) stage->use_graphs(graphs);
+    const auto feed = [&](int64_t steps) {
+      for (int64_t i = 0; i < steps; ++i) trainer.feed(torch::randn({8, 1, 32, 32}), torch::full({8}, i % 10, torch::kLong));
+      trainer.flush();
+    };
+    feed(6);
+    trainer.save(dir.path());
+    std::vector<int64_t> eager, graphed;
+    for (auto* stage : trainer.pipeline().stages()) {
+      eager.push_back(stage->eager_passes());
+      graphed.push_back(stage->graphed_passes());
+    }
+    trainer.load(dir.path());
+    feed(6);
+    for (int k = 0; k < 2; ++k) {
+      const exec::Stage& stage = trainer.pipeline().stage(k);
+      EXPECT_GE(stage.eager_passes() - eager[k], 2) << executor << ", partition " << k + 1 << ": a forward and its backward";
+      EXPECT_GT(stage.graphed_passes(), graphed[k]) << executor << ", partition " << k + 1;
+    }
+  }
 }
 
 TEST(Graphs, RefusedWhereAPartitionCannotBeCaptured) {
