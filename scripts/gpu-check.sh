@@ -122,7 +122,7 @@ step() {
 gtest_prefix() {
   if [ -d /usr/include/gtest ]; then return; fi
   cmake -S "$DEPS/googletest" -B /tmp/gtest-build -G Ninja -DCMAKE_BUILD_TYPE=Release \
-    -DCMAKE_INSTALL_PREFIX=/tmp/gtest -DBUILD_GMOCK=OFF &&
+    -DCMAKE_INSTALL_PREFIX=/tmp/gtest -DBUILD_GMOCK=ON &&
     cmake --build /tmp/gtest-build -j"$(nproc)" && cmake --install /tmp/gtest-build
 }
 

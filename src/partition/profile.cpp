@@ -8,9 +8,9 @@
 #include <memory>
 
 #include <ATen/Parallel.h>
+#include <c10/core/DeviceGuard.h>
 #include <nlohmann/json.hpp>
 #include <torch/autograd.h>
-#include <torch/cuda.h>
 #ifdef STALEPIPE_CUDA
 #include <ATen/cuda/CUDAEvent.h>
 #endif
@@ -29,32 +29,50 @@ namespace stalepipe::partition {
 namespace {
 
 // Points in one step's time, read after the step: on the CPU the clock when marked; on a GPU
-// an event recorded on the current stream when marked, so that the step runs with no
+// an event recorded on the device's current stream when marked, so that the step runs with no
 // synchronisation between its units, as a partition runs. Synchronising at every unit's
 // boundary instead exposed each unit's kernel launches: the units' sum came out 9-30% above
-// their partition's time timed as one block (ResNet-56..362 on an H200).
+// their partition's time timed as one block (ResNet-56..362 on an H200). The events are made
+// once, before the first step, and recorded again at each: making one is host work that
+// would delay the kernels queued after it.
 class StepClock {
  public:
-  explicit StepClock(const torch::Device& device) : cuda_(device.is_cuda()) {}
+  // `marks`: the most points a step marks. The caller keeps `device` current (a DeviceGuard)
+  // while it marks.
+  StepClock(const torch::Device& device, size_t marks) : cuda_(device.is_cuda()) {
+    SP_CHECK(!cuda_ || built_with_cuda_events(), "profile: timing on a GPU needs LibTorch with CUDA");
+#ifdef STALEPIPE_CUDA
+    if (cuda_) {
+      for (size_t i = 0; i < marks; ++i) events_.push_back(std::make_unique<at::cuda::CUDAEvent>(cudaEventDefault));
+    }
+#endif
+    times_.reserve(marks);
+  }
+
+  void begin_step() {
+    used_ = 0;
+    times_.clear();
+  }
 
   // The index of a new point. Called by one thread: the backward's hooks run on the thread
   // that runs the step (common/backward_impl.h).
   size_t mark() {
 #ifdef STALEPIPE_CUDA
     if (cuda_) {
-      events_.push_back(std::make_unique<at::cuda::CUDAEvent>(cudaEventDefault));
-      events_.back()->record();
-      return events_.size() - 1;
+      SP_CHECK(used_ < events_.size(), "profile: a step marked more than the ", events_.size(), " points it was given");
+      events_[used_]->record();
+      return used_++;
     }
 #endif
-    SP_CHECK(!cuda_, "profile: timing on a GPU needs LibTorch with CUDA");
     times_.push_back(std::chrono::steady_clock::now());
     return times_.size() - 1;
   }
 
-  // Waits for the device's work: every point marked so far can then be read.
+  // Waits for the device's work up to the last point: every point marked so far can then be read.
   void finish() const {
-    if (cuda_) torch::cuda::synchronize();
+#ifdef STALEPIPE_CUDA
+    if (cuda_ && used_ > 0) events_[used_ - 1]->synchronize();
+#endif
   }
 
   double ms_between(size_t from, size_t to) const {
@@ -65,7 +83,16 @@ class StepClock {
   }
 
  private:
+  static bool built_with_cuda_events() {
+#ifdef STALEPIPE_CUDA
+    return true;
+#else
+    return false;
+#endif
+  }
+
   bool cuda_;
+  size_t used_ = 0;
   std::vector<std::chrono::steady_clock::time_point> times_;
 #ifdef STALEPIPE_CUDA
   std::vector<std::unique_ptr<at::cuda::CUDAEvent>> events_;
@@ -141,16 +168,17 @@ using Groups = std::vector<std::pair<size_t, size_t>>;
 // units, which put the balanced cut off (docs/performance.md). With `record`, adds the times
 // to `times` and, when `rows` is given (one group per unit), the memory to `rows`.
 void time_step(models::Model& model, const torch::Tensor& x, const Groups& groups, bool record,
-               std::vector<UnitProfile>* rows, StepTimes& times) {
+               std::vector<UnitProfile>* rows, StepClock& clock, StepTimes& times) {
   const size_t G = groups.size();
-  const bool cpu = x.device().is_cpu();
-  StepClock clock(x.device());
+  // The heap is read only where it holds the tensors, and only for the rows.
+  const bool heap = x.device().is_cpu() && record && rows;
+  clock.begin_step();
   std::vector<size_t> forward_start(G), forward_end(G), grad_ready(G);
   std::vector<torch::Tensor> outs;
   torch::Tensor h = x.detach();
   models::SkipTable skips;
   for (size_t g = 0; g < G; ++g) {
-    const int64_t heap_before = heap_in_use();
+    const int64_t heap_before = heap ? heap_in_use() : 0;
     forward_start[g] = clock.mark();
     for (size_t u = groups[g].first; u < groups[g].second; ++u) {
       models::Unit& unit = model.units[u];
@@ -160,14 +188,14 @@ void time_step(models::Model& model, const torch::Tensor& x, const Groups& group
       }
     }
     forward_end[g] = clock.mark();
-    const int64_t kept = heap_in_use() - heap_before;
+    const int64_t kept = heap ? heap_in_use() - heap_before : 0;
     if (h.requires_grad()) {
       h.register_hook([&grad_ready, &clock, g](const torch::Tensor&) { grad_ready[g] = clock.mark(); });
     }
     if (record && rows) {
       auto& row = (*rows)[g];
       row.output_bytes = tensor_bytes(h);
-      row.kept_bytes = std::max(row.kept_bytes, cpu ? std::max(kept, row.output_bytes) : row.output_bytes);
+      row.kept_bytes = std::max(row.kept_bytes, heap ? std::max(kept, row.output_bytes) : row.output_bytes);
     }
     outs.push_back(h);
   }
@@ -202,12 +230,16 @@ StepTimes run_steps(models::Model& model, const ProfileOptions& options, const G
                     std::vector<UnitProfile>* rows, int64_t* input_bytes) {
   const int threads_before = at::get_num_threads();
   if (options.threads > 0) at::set_num_threads(options.threads);
+  // Events and kernels go to the profiled device's current stream, whichever device is current.
+  c10::OptionalDeviceGuard on_device;
+  if (!options.device.is_cpu()) on_device.reset_device(options.device);
   for (auto& unit : model.units) unit.module.ptr()->to(options.device);
   const torch::Tensor x = profile_input(model, options.batch_size, options.memory_format);
   if (input_bytes) *input_bytes = tensor_bytes(x);
   StepTimes times{std::vector<std::vector<double>>(groups.size()), std::vector<std::vector<double>>(groups.size())};
+  StepClock clock(options.device, 3 * groups.size() + 2);  // each group's 2 and hook, the backward's 2
   for (int r = 0; r < options.warmup + options.repeats; ++r) {
-    time_step(model, x, groups, r >= options.warmup, rows, times);
+    time_step(model, x, groups, r >= options.warmup, rows, clock, times);
   }
   for (auto& unit : model.units) {
     for (auto& p : unit.module.ptr()->parameters()) {
