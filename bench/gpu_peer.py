@@ -5,7 +5,8 @@ training is plain SGD (lr 0.01, momentum 0.9, weight decay 5e-4) on a fixed batc
 device (N(0, 1) pixels, uniform labels), so the peer pays no input cost, as `stalepipe bench
 --seconds` does not; steps are timed in chunks of 20 (one wait for the device after each), the
 loss checked once, at the end. The JSON line states the switches read after the timed steps:
-cudnn_benchmark (left at PyTorch's default, off), cudnn_tf32 and matmul_tf32.
+cudnn_benchmark, cudnn_tf32 and matmul_tf32, and the optimizer's kind. Eager steps use SGD's
+fused kernel where this PyTorch has one for the device (else its multi-tensor kernels).
 
     python3 bench/gpu_peer.py --model resnet56 --batch-size 128 --layout channels-last --precision fp32
 prints one line: model, batch, layout, precision, images/s; --json FILE appends it as JSON.
@@ -13,8 +14,11 @@ prints one line: model, batch, layout, precision, images/s; --json FILE appends 
 --precision (as stalepipe's): fp32 turns TF32 off for cuDNN and matmul, tf32 turns both on, bf16
 runs forward and loss under torch.autocast(bfloat16) with fp32 weights and TF32 on for what stays
 fp32. PyTorch's own default (cuDNN TF32 on, matmul TF32 off) is none of them.
---compile: torch.compile(model, mode="reduce-overhead") (CUDA graphs of forward and backward; the
-optimizer step stays eager). The compile happens in the warm-up, timed on its own
+--cudnn-benchmark: torch.backends.cudnn.benchmark = True (cuDNN times its algorithms per shape);
+the JSON's precision then reads e.g. "tf32+benchmark".
+--compile: the whole step compiled: torch.compile(model, mode="reduce-overhead") (CUDA graphs of
+forward and backward) and the optimizer's step compiled on its own, as PyTorch's tutorial on
+compiling the optimizer does. The compile happens in the warm-up, timed on its own
 (compile_seconds), never in the rate. Needs PyTorch 2; older ones end with a one-line error.
 --serve: one process for many measurements: reads one set of these options a line on stdin,
 answers one JSON line on stdout, and keeps each model (compiled once) for the next request
@@ -23,6 +27,7 @@ of the same model, batch, layout and compile; the precision is the process's (--
 """
 import argparse
 import contextlib
+import inspect
 import json
 import os
 import shlex
@@ -48,12 +53,12 @@ class PeerError(Exception):
     """A measurement that cannot be made: its message is the one-line error."""
 
 
-def set_precision(precision):
-    """Sets the process's TF32 flags for `precision`. cuDNN's benchmark mode stays PyTorch's
-    default (off), as stalepipe leaves LibTorch's."""
+def set_switches(precision, cudnn_benchmark):
+    """Sets the process's TF32 flags for `precision` and cuDNN's benchmark mode."""
     tf32 = precision != "fp32"
     torch.backends.cudnn.allow_tf32 = tf32
     torch.backends.cuda.matmul.allow_tf32 = tf32
+    torch.backends.cudnn.benchmark = cudnn_benchmark
 
 
 def switches():
@@ -97,8 +102,16 @@ def make_model(model_name, layout, device, seed=1):
     return model
 
 
-def sgd(model, lr):
-    return torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9, weight_decay=5e-4)
+def sgd(model, lr, device, compiled):
+    """SGD with its fused kernel for eager steps where PyTorch has one for the device; compiled
+    steps keep the multi-tensor kernels, which the compiler fuses itself. Returns the optimizer
+    and its kind (fused, foreach)."""
+    kwargs = dict(lr=lr, momentum=0.9, weight_decay=5e-4)
+    fused = (not compiled and device.type == "cuda"
+             and "fused" in inspect.signature(torch.optim.SGD.__init__).parameters)
+    if fused:
+        kwargs["fused"] = True
+    return torch.optim.SGD(model.parameters(), **kwargs), "fused" if fused else "foreach"
 
 
 def compile_model(model):
@@ -108,8 +121,14 @@ def compile_model(model):
 
 
 def train_step(model, opt, precision, device, compiled):
-    """step(x, y) -> loss: one SGD step, without waiting for the device."""
+    """step(x, y) -> loss: one SGD step, without waiting for the device. Compiled: the model's
+    forward and backward (compile_model) and the optimizer's step, each compiled."""
     mark_step = compiled and hasattr(torch, "compiler") and hasattr(torch.compiler, "cudagraph_mark_step_begin")
+    update = opt.step
+    if compiled:
+        @torch.compile(fullgraph=False)
+        def update():
+            opt.step()
 
     def step(x, y):
         if mark_step:  # a new iteration: the previous step's graph outputs may be reused
@@ -118,7 +137,7 @@ def train_step(model, opt, precision, device, compiled):
         with autocast(precision, device):
             loss = F.cross_entropy(model(x), y)
         loss.backward()
-        opt.step()
+        update()
         return loss
     return step
 
@@ -133,7 +152,7 @@ class Setup:
         self.y = torch.randint(0, 10, (args.batch_size,), device=device)
         if args.layout == "channels-last":
             self.x = self.x.contiguous(memory_format=torch.channels_last)
-        opt = sgd(model, 0.01)
+        opt, self.optimizer = sgd(model, 0.01, device, args.compile)
         if args.compile:
             model = compile_model(model)
         self.step = train_step(model, opt, args.precision, device, args.compile)
@@ -189,9 +208,11 @@ def measure(args, setups, device):
     warmup = setup.warm_up(args.warmup_steps if not setup.warmed else min(args.warmup_steps, 10))
     images_per_second, steps = setup.rate(args.seconds)
     result = {"who": "pytorch-compile" if args.compile else "pytorch-eager", "config": args.config, "model": args.model,
-              "batch_size": args.batch_size, "layout": args.layout, "precision": args.precision, **switches(),
+              "batch_size": args.batch_size, "layout": args.layout,
+              "precision": args.precision + ("+benchmark" if args.cudnn_benchmark else ""), **switches(),
               "compile": args.compile,
               "compile_mode": "reduce-overhead" if args.compile else None,
+              "optimizer": ("compiled " if args.compile else "") + setup.optimizer,
               "compile_seconds": round(setup.compile_seconds, 2) if setup.compile_seconds else None,
               "warmup_seconds": round(warmup, 2), "timed_steps": steps,
               "images_per_second": round(images_per_second, 1),
@@ -204,7 +225,7 @@ def measure(args, setups, device):
 def describe(j):
     text = (f"pytorch {'compile' if j['compile'] else 'eager'} {j['model']} b{j['batch_size']} {j['layout']} "
             f"{j['precision']}: {j['images_per_second']:.0f} img/s (cuDNN benchmark {j['cudnn_benchmark']}, "
-            f"cuDNN TF32 {j['cudnn_tf32']}, matmul TF32 {j['matmul_tf32']}")
+            f"cuDNN TF32 {j['cudnn_tf32']}, matmul TF32 {j['matmul_tf32']}, optimizer {j['optimizer']}")
     if j["compile_seconds"] is not None:
         text += f", compiled in {j['compile_seconds']:.0f} s"
     return text + ")"
@@ -217,6 +238,7 @@ def parser():
     ap.add_argument("--layout", choices=["nchw", "channels-last"], default="channels-last")
     ap.add_argument("--precision", choices=PRECISIONS, default="fp32",
                     help="fp32: TF32 off (stalepipe's default); tf32; bf16 autocast")
+    ap.add_argument("--cudnn-benchmark", action="store_true", help="torch.backends.cudnn.benchmark = True")
     ap.add_argument("--compile", action="store_true", help='torch.compile(mode="reduce-overhead")')
     ap.add_argument("--warmup-steps", type=int, default=30, help="untimed steps (10 on a kept model)")
     ap.add_argument("--seconds", type=float, default=10.0, help="timed seconds")
@@ -243,7 +265,8 @@ def serve(args, device):
     """Answers each stdin line (options of this script) with one JSON line on the original
     stdout (ANSWERS, set up before the imports)."""
     ap = parser()
-    ap.set_defaults(precision=args.precision, device=args.device)  # a request names them only to check
+    # A request names them only to check.
+    ap.set_defaults(precision=args.precision, device=args.device, cudnn_benchmark=args.cudnn_benchmark)
 
     def fail(message):
         raise RequestError(message)
@@ -254,9 +277,10 @@ def serve(args, device):
             continue
         try:
             request = ap.parse_args(shlex.split(line))
-            if request.precision != args.precision or request.device != args.device or request.serve:
-                raise RequestError(f"a request keeps the server's --precision {args.precision} and "
-                                   f"--device {args.device}, and cannot --serve")
+            if (request.precision != args.precision or request.device != args.device or request.serve
+                    or request.cudnn_benchmark != args.cudnn_benchmark):
+                raise RequestError(f"a request keeps the server's --precision {args.precision}, --device "
+                                   f"{args.device} and --cudnn-benchmark ({args.cudnn_benchmark}), and cannot --serve")
             check(request)
             j = measure(request, setups, device)
             print(describe(j), file=sys.stderr, flush=True)
@@ -274,7 +298,7 @@ def main():
     try:
         check(args)
         device = check_device(args.device)
-        set_precision(args.precision)
+        set_switches(args.precision, args.cudnn_benchmark)
         if args.serve:
             serve(args, device)
             return

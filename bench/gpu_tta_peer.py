@@ -192,7 +192,7 @@ def parser():
     ap.add_argument("--targets", default="85,90,92", help="test accuracies (%%), comma-separated")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--layout", choices=["nchw", "channels-last"], default="channels-last")
-    ap.add_argument("--precision", choices=gpu_peer.PRECISIONS, default="fp32")
+    ap.add_argument("--precision", choices=gpu_peer.PRECISIONS[:3], default="fp32")
     ap.add_argument("--device", choices=["cuda", "cpu"], default="cuda", help="cpu: the same loop on the CPU")
     ap.add_argument("--threads", type=int, default=0, help="intra-op threads (torch.set_num_threads); 0: PyTorch's default")
     ap.add_argument("--train-subset", type=int, default=0, help="first N training samples (smoke tests)")
@@ -228,7 +228,7 @@ def main():
         device = gpu_peer.check_device(args.device)
         if args.threads:
             torch.set_num_threads(args.threads)
-        gpu_peer.set_precision(args.precision)
+        gpu_peer.set_switches(args.precision, cudnn_benchmark=False)
         (train_x, train_y), test = load(args.data, args.train_subset, args.test_subset)
         if train_x.shape[0] < args.batch_size:
             raise gpu_peer.PeerError(f"--batch-size {args.batch_size}: more than the {train_x.shape[0]} training images")

@@ -4,10 +4,11 @@
 #
 #   scripts/gpu-check.sh pack DEPS [BUILD]          # here (Debian): copy what that machine lacks
 #   scripts/gpu-check.sh run DEPS OUT SECONDS [EXPERIMENT.json...]   # there
-#   scripts/gpu-check.sh speed DEPS OUT ROUNDS [PRECISION]            # there: the one-GPU speed table
+#   scripts/gpu-check.sh speed DEPS OUT ROUNDS [PRECISION|defaults]   # there: the one-GPU speed table
 #   scripts/gpu-check.sh tta DEPS OUT SECONDS PRECISION [SEED...]     # there: time to accuracy against PyTorch
 #   scripts/gpu-check.sh precision DEPS OUT SECONDS [SEED...]         # there: bf16 against fp32
 #   scripts/gpu-check.sh graphs DEPS OUT                              # there: the CUDA graphs', input's and race probe's tests on cuda:0
+#   scripts/gpu-check.sh lock DEPS OUT                                # there: the graphs' lock against its negative control
 #   scripts/gpu-check.sh all DEPS OUT SECONDS                         # there: one call's worth of the above, in order of worth
 #
 # `run` builds in build-gpu, runs `ctest -L unit`, then trains each experiment file with
@@ -18,7 +19,11 @@
 # docs/performance.md ("On a GPU") gives what each prints and how long it takes.
 # PRECISION: fp32 (TF32 off), tf32 or bf16, the same on both sides (`stalepipe train` and
 # `stalepipe bench --precision`, bench/gpu_peer.py --precision); cuDNN's benchmark mode is left
-# off on both, PyTorch eager's default.
+# off on both, PyTorch eager's default. `speed` also takes `defaults`: the settings PyTorch users
+# run, cuDNN TF32 on and cuDNN's benchmark mode on, on both sides (`--precision tf32
+# --cudnn-benchmark` for both; PyTorch's own default leaves matmul TF32 off, which here touches
+# only ResNet-56's one 64x10 matmul); its rows read "tf32+benchmark", and in a dry run on a CPU
+# (no TF32, no cuDNN) it is fp32.
 #
 # A build tree made here against the same wheel (BUILD, docs/performance.md "On a GPU") saves
 # that machine the build: `pack DEPS BUILD` copies its CLI and test programs into DEPS/build,
@@ -219,8 +224,23 @@ check_seeds() {
 check_precision() {
   case "$1" in
     fp32|tf32|bf16) ;;
-    *) echo "PRECISION $1: expected fp32, tf32 or bf16"; return 2 ;;
+    defaults) [ "${2:-}" = speed ] || { echo "PRECISION defaults: only speed takes it"; return 2; } ;;
+    *) echo "PRECISION $1: expected fp32, tf32 or bf16${2:+ (or defaults)}"; return 2 ;;
   esac
+}
+
+# Both sides' flags for PRECISION, and the rows' label (defaults: PyTorch's settings on a GPU;
+# fp32 in a dry run, as a CPU has no TF32 or cuDNN).
+precision_flags() {
+  if [ "$1" != defaults ]; then echo "--precision $1"
+  elif [ "$DEVICE" = cpu ]; then echo "--precision fp32"
+  else echo "--precision tf32 --cudnn-benchmark"; fi
+}
+
+precision_label() {
+  if [ "$1" != defaults ]; then echo "$1"
+  elif [ "$DEVICE" = cpu ]; then echo fp32
+  else echo tf32+benchmark; fi
 }
 
 # Our flags for this machine: cuda:0 becomes cpu in a dry run.
@@ -238,15 +258,16 @@ ours_speed() {
   local json=/tmp/speed-$name.json log=/tmp/speed-$name.log
   rm -f "$json"
   # A measurement that hangs (a capture that never ends, say) is stopped, not the whole call.
+  # shellcheck disable=SC2046  # the flags are words
   timeout "${OURS_TIMEOUT:-120}" "$SP" bench --seconds "${SPEED_SECONDS:-5}" --warmup-steps "${SPEED_WARMUP:-30}" \
-    --precision "$precision" --json "$json" "$@" > "$log" 2>&1
+    $(precision_flags "$precision") --json "$json" "$@" > "$log" 2>&1
   local rc=$?
   if ((rc != 0)); then
     echo "$name: failed (exit $rc$( ((rc == 124)) && echo ": stopped after OURS_TIMEOUT s"))"; tail -n 3 "$log"
     cat "$log" >> "$OUT/steps.log"; failed; return 1
   fi
   cat "$log" >> "$OUT/steps.log"
-  python3 - "$json" "$name" "$peer" "$precision" "$*" >> "$OUT/speed.jsonl" <<'PY'
+  python3 - "$json" "$name" "$peer" "$(precision_label "$precision")" "$*" >> "$OUT/speed.jsonl" <<'PY'
 import json, sys
 path, name, peer, precision, flags = sys.argv[1:]
 b = json.load(open(path))
@@ -265,8 +286,9 @@ peer_start() {
   local device=()
   [ "$DEVICE" = cpu ] && device=(--device cpu)
   # perf_hints: Inductor says there why it ran a graph without CUDA graphs.
-  coproc PEER { TORCH_LOGS=${TORCH_LOGS:-perf_hints} exec python3 bench/gpu_peer.py --serve --precision "$1" "${device[@]}" \
-                  2>> "$OUT/peer.log"; }
+  # shellcheck disable=SC2046  # the flags are words
+  coproc PEER { TORCH_LOGS=${TORCH_LOGS:-perf_hints} exec python3 bench/gpu_peer.py --serve $(precision_flags "$1") \
+                  "${device[@]}" 2>> "$OUT/peer.log"; }
 }
 
 # SECONDS CONFIG FLAGS...: one measurement of SECONDS timed, appended to OUT/speed.jsonl unless
@@ -303,7 +325,7 @@ peer_stop() {
 speed() {
   local rounds=$3 precision=${4:-fp32}
   [[ $rounds =~ ^[0-9]+$ ]] && ((rounds >= 3)) || { echo "ROUNDS $rounds: expected 3 or more (the table gives medians)"; return 2; }
-  check_precision "$precision" || return 2
+  check_precision "$precision" speed || return 2
   prepare "$1" "$2" || return 1
   local help
   help=$("$SP" bench --help 2>&1)
@@ -483,23 +505,58 @@ graphs() {
   all_ran
 }
 
+# The negative control of the CUDA graphs' lock (tests/unit/exec/graphs_test.cpp, GraphLock.*:
+# threads capture a convolution with batch norm, forward and backward, at once, and must give
+# what one capture alone gives): LOCK_RUNS (default 50) runs with the lock and as many without
+# (STALEPIPE_TEST_GRAPH_LOCK=off), each a process of its own, as a crash ends its process.
+# OUT/lock.txt counts per mode the runs bit for bit, crashed or hung, and with other bits or an
+# error; a run with the lock that is not bit for bit fails the check. Without the lock, none
+# failing leaves the lock unproven, not disproven.
+lock() {
+  prepare "$1" "$2" || return 1
+  local tests=build-gpu/tests runs=${LOCK_RUNS:-50} mode i rc passed crashed other
+  if [ -n "${BUILD_DIR:-}" ]; then
+    tests=$BUILD_DIR/tests
+  else
+    step build-tests cmake --build build-gpu -j"$(nproc)" --target test_exec || return 1
+  fi
+  [[ $runs =~ ^[0-9]+$ ]] && ((runs >= 1)) || { echo "LOCK_RUNS $runs: expected a whole number >= 1"; return 2; }
+  for mode in on off; do
+    passed=0 crashed=0 other=0
+    for ((i = 1; i <= runs; ++i)); do
+      STALEPIPE_TEST_DEVICE=$(on_device cuda:0) STALEPIPE_TEST_GRAPH_LOCK=$mode timeout 60 "$tests/test_exec" \
+        --gtest_filter='GraphLock.*' >> "$OUT/lock-$mode.log" 2>&1
+      rc=$?
+      if ((rc == 0)); then passed=$((passed + 1))
+      elif ((rc == 124 || rc > 128)); then crashed=$((crashed + 1))
+      else other=$((other + 1)); fi
+    done
+    echo "lock $mode: $runs runs: $passed bit for bit, $crashed crashed or hung, $other other bits or an error" |
+      tee -a "$OUT/lock.txt"
+  done
+  grep -q "^lock on: $runs runs: $runs bit for bit," "$OUT/lock.txt" || failed
+  all_ran
+}
+
 # One call's worth of checks, in order of their worth, each begun only while SECONDS (from the
 # script's start; keep it 15 s under the call's limit, or nothing comes back) leave it room:
-# the tests on cuda:0 (graphs), the Table 5 compute model's check (table5:
-# bench/table5_prediction.sh on cuda:0; 15 s on an H200), the fp32 speed table of the ResNet-56
-# b128 rows the targets name (speed; SPEED_OURS and SPEED_PEERS replace them), time to accuracy
-# against PyTorch for seeds 1-3 in what is left (tta); CHECKS (default "graphs table5 speed
-# tta", and precision) chooses and orders them, SEEDS (default "1 2 3") the seeds of tta and
-# precision. One build serves
+# the tests on cuda:0 (graphs), the lock's negative control (lock), the speed table of the
+# ResNet-56 b128 rows the targets name at fp32 (speed) and at PyTorch's settings
+# (speed-defaults), SPEED_ROUNDS (default 5) alternated rounds each (SPEED_OURS and
+# SPEED_PEERS replace the rows), time to accuracy against PyTorch for seeds 1-3 (tta), the
+# Table 5 compute model's check (table5: bench/table5_prediction.sh on cuda:0; 15 s on an
+# H200); CHECKS (default "graphs lock speed speed-defaults tta table5", and precision) chooses
+# and orders them, SEEDS (default "1 2 3") the seeds of tta and precision. One build serves
 # all. Each check's console and files go to WORK/<check> (default /tmp/gpu-all); OUT receives
-# all of WORK as checks.tgz, each table (speed.md, tta.md, precision.md, table5.txt) and
-# nothing else, as the device tool returns few files.
+# all of WORK as checks.tgz, each table (lock.txt, speed.md, speed-defaults.md, tta.md,
+# precision.md, table5.txt) and nothing else, as the device tool returns few files.
 all() {
-  local deps=$1 out=$2 budget=$3 work=${WORK:-/tmp/gpu-all} checks=${CHECKS:-graphs table5 speed tta} check left need
+  local deps=$1 out=$2 budget=$3 work=${WORK:-/tmp/gpu-all} check left need
+  local checks=${CHECKS:-graphs lock speed speed-defaults tta table5}
   [[ $budget =~ ^[0-9]+$ ]] || { echo "SECONDS $budget: expected a whole number"; return 2; }
   for check in $checks; do
-    case $check in graphs|speed|table5|tta|precision) ;;
-      *) echo "CHECKS: $check is not one of graphs, speed, table5, tta, precision"; return 2 ;; esac
+    case $check in graphs|lock|speed|speed-defaults|table5|tta|precision) ;;
+      *) echo "CHECKS: $check is not one of graphs, lock, speed, speed-defaults, table5, tta, precision"; return 2 ;; esac
   done
   rm -rf "$work" && mkdir -p "$work" "$out" || return 1
   prepare "$deps" "$work" || return 1
@@ -509,12 +566,14 @@ all() {
     left=$((budget - SECONDS))
     # The least time in which each gives something: the tests; 3 rounds; 4 profiles; one
     # seed's 4 runs (tta), 2 runs (precision).
-    case $check in graphs) need=60 ;; speed) need=240 ;; table5) need=90 ;; tta) need=180 ;; *) need=100 ;; esac
+    case $check in graphs|lock) need=60 ;; speed*) need=240 ;; table5) need=90 ;; tta) need=180 ;; *) need=100 ;; esac
     if ((left < need)); then echo "== $check: skipped, $left s left (it needs $need)"; failed; continue; fi
     echo "== $check ($left s left)"
     case $check in
-      graphs) timeout "$left" "$SELF" graphs "$deps" "$work/graphs" ;;
-      speed) SPEED_BUDGET=$((left - 10)) timeout "$left" "$SELF" speed "$deps" "$work/speed" 3 fp32 ;;
+      graphs|lock) timeout "$left" "$SELF" "$check" "$deps" "$work/$check" ;;
+      speed) SPEED_BUDGET=$((left - 10)) timeout "$left" "$SELF" speed "$deps" "$work/speed" "${SPEED_ROUNDS:-5}" fp32 ;;
+      speed-defaults) SPEED_BUDGET=$((left - 10)) timeout "$left" "$SELF" speed "$deps" "$work/speed-defaults" \
+                        "${SPEED_ROUNDS:-5}" defaults ;;
       table5) mkdir -p "$work/table5" && DEVICE=$(on_device cuda:0) timeout "$left" bench/table5_prediction.sh "$work/table5" ;;
       # shellcheck disable=SC2086  # the seeds are words
       tta|precision) timeout "$left" "$SELF" "$check" "$deps" "$work/$check" $((left - 5)) \
@@ -526,8 +585,11 @@ all() {
   done
   tar czf "$out/checks.tgz" -C "$work" .
   local table
-  for table in speed/speed.md tta/tta.md precision/precision.md table5.log; do
-    [ -f "$work/$table" ] && cp "$work/$table" "$out/$(basename "${table/table5.log/table5.txt}")"
+  for table in lock/lock.txt speed/speed.md speed-defaults/speed.md tta/tta.md precision/precision.md table5.log; do
+    [ -f "$work/$table" ] || continue
+    local name
+    case $table in speed-defaults/*) name=speed-defaults.md ;; table5.log) name=table5.txt ;; *) name=$(basename "$table") ;; esac
+    cp "$work/$table" "$out/$name"
   done
   all_ran
 }
@@ -535,12 +597,12 @@ all() {
 case "${1:-}" in
   pack) pack "$2" "${3:-}" ;;
   run) shift; run "$@" ;;
-  speed|tta|precision|graphs|all)
-    min_args=4; [ "$1" = graphs ] && min_args=3
+  speed|tta|precision|graphs|lock|all)
+    min_args=4; [ "$1" = graphs ] || [ "$1" = lock ] && min_args=3
     if (($# < min_args)); then echo "usage: $0 $1 DEPS OUT ... (see the comment at the top)" >&2; exit 2; fi
     mode=$1; shift
     "$mode" "$@" ;;
   *) echo "usage: $0 pack DEPS [BUILD] | run DEPS OUT SECONDS [EXPERIMENT.json...] | speed DEPS OUT ROUNDS [PRECISION]" \
-       "| tta DEPS OUT SECONDS PRECISION [SEED...] | precision DEPS OUT SECONDS [SEED...] | graphs DEPS OUT" \
+       "| tta DEPS OUT SECONDS PRECISION [SEED...] | precision DEPS OUT SECONDS [SEED...] | graphs DEPS OUT | lock DEPS OUT" \
        "| all DEPS OUT SECONDS" >&2; exit 2 ;;
 esac

@@ -1,8 +1,10 @@
 #include "stalepipe/api/assemble.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Context.h>
 
 #include "stalepipe/common/error.h"
 #include "stalepipe/common/slices.h"
@@ -81,6 +83,10 @@ Assembly plan_pipeline(models::Model& model, const Options& options, bool want_p
     SP_CHECK_ARG(a.devices[k].is_cuda(), field_name(Field::precision), " tf32: partition ", k + 1, " runs on ",
                  a.devices[k].str(), ", which has no TF32 (fp32 and bf16 run there)");
   }
+  for (int k = 0; k < partitions && o.cudnn_benchmark(); ++k) {
+    SP_CHECK_ARG(a.devices[k].is_cuda(), field_name(Field::cudnn_benchmark), ": partition ", k + 1, " runs on ",
+                 a.devices[k].str(), ", which has no cuDNN");
+  }
   a.threads_per_worker.assign(partitions, threads_per_worker(o, partitions));
   return a;
 }
@@ -120,6 +126,10 @@ std::unique_ptr<exec::Pipeline> build_stages(models::Model& model, const Assembl
                                                    exec::Objective{o.loss(), o.metric()},
                                                    replica_seed(options.run().seed(), replica), memory_format(options),
                                                    options.pipeline().precision());
+  // Process-wide in LibTorch, as in PyTorch; set for every run that has CUDA partitions.
+  if (std::any_of(a.devices.begin(), a.devices.end(), [](const torch::Device& d) { return d.is_cuda(); })) {
+    at::globalContext().setBenchmarkCuDNN(options.pipeline().cudnn_benchmark());
+  }
   if (options.pipeline().cuda_graphs()) {
     exec::GraphSettings graphs;
     graphs.mode = exec::GraphMode::kCuda;

@@ -1,6 +1,7 @@
 // exec::detail::StepGraph: at::cuda::CUDAGraph in a CUDA build, and the CPU stand-in.
 #include "step_graph_impl.h"
 
+#include <atomic>
 #include <memory>
 #include <mutex>
 
@@ -102,15 +103,28 @@ std::mutex& generator_state_mutex() {
   return mutex;
 }
 
+std::atomic<bool> graph_lock_on{true};
+
+// The lock, unless a negative control turned it off.
+class GraphLock {
+ public:
+  GraphLock() : lock_(generator_state_mutex(), std::defer_lock) {
+    if (graph_lock_on.load()) lock_.lock();
+  }
+
+ private:
+  std::unique_lock<std::mutex> lock_;
+};
+
 class CudaGraph final : public StepGraph {
  public:
   CudaGraph(std::string what, CudaGraph* share_pool_of) : what_(std::move(what)), share_pool_of_(share_pool_of) {
-    const std::lock_guard<std::mutex> lock(generator_state_mutex());
+    const GraphLock lock;
     graph_ = std::make_unique<at::cuda::CUDAGraph>();
   }
 
   ~CudaGraph() override {
-    const std::lock_guard<std::mutex> lock(generator_state_mutex());
+    const GraphLock lock;
     graph_.reset();
   }
 
@@ -118,7 +132,7 @@ class CudaGraph final : public StepGraph {
   CudaGraph& operator=(const CudaGraph&) = delete;
 
   void capture(const std::function<void()>& body, const GraphResults& /*results: a replay writes there*/) override {
-    const std::lock_guard<std::mutex> lock(generator_state_mutex());
+    const GraphLock lock;
     const c10::cuda::CUDAStream stream = c10::cuda::getCurrentCUDAStream();
     SP_CHECK(stream != c10::cuda::getDefaultCUDAStream(stream.device_index()), what_,
              ": a CUDA graph is captured on the partition's own stream, not the default one");
@@ -151,7 +165,7 @@ class CudaGraph final : public StepGraph {
   }
 
   void replay() override {
-    const std::lock_guard<std::mutex> lock(generator_state_mutex());
+    const GraphLock lock;
     graph_->replay();
   }
 
@@ -163,6 +177,8 @@ class CudaGraph final : public StepGraph {
 
 }  // namespace
 
+bool set_graph_lock_for_tests(bool on) { return graph_lock_on.exchange(on); }
+
 std::unique_ptr<StepGraph> make_cuda_graph(const std::string& what, StepGraph* share_pool_of) {
   auto* pool_owner = dynamic_cast<CudaGraph*>(share_pool_of);
   SP_CHECK(!share_pool_of || pool_owner, what, ": a CUDA graph shares a pool only with another CUDA graph");
@@ -170,6 +186,8 @@ std::unique_ptr<StepGraph> make_cuda_graph(const std::string& what, StepGraph* s
 }
 
 #else
+
+bool set_graph_lock_for_tests(bool /*on*/) { return true; }
 
 std::unique_ptr<StepGraph> make_cuda_graph(const std::string& what, StepGraph* /*share_pool_of*/) {
   throw UsageError(c10::str(what, ": this build's LibTorch has no CUDA"));

@@ -44,6 +44,11 @@ class StepGraph {
 // (kCudaStreams); elsewhere throws UsageError.
 std::unique_ptr<StepGraph> make_cuda_graph(const std::string& what, StepGraph* share_pool_of = nullptr);
 
+// Whether CUDA graphs' captures, replays and destructions take their process-wide lock
+// (step_graph.cpp says why they must); on by default. Off only for the negative control that
+// shows what the lock prevents (scripts/gpu-check.sh graphs). Returns the previous setting.
+bool set_graph_lock_for_tests(bool on);
+
 // The CPU stand-in for tests (exec::GraphMode::kReplayForTests). capture() runs the body and
 // keeps the memory of its results; replay() runs the body again, copies each new result into
 // that memory and points the variable's new tensor at it (its autograd graph stays: a backward

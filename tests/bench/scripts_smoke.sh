@@ -136,13 +136,17 @@ for prefix, n in (("train", 512), ("t10k", 200)):
 PY
   out=$("$py" "$bench/gpu_peer.py" --device cpu --model lenet5 --batch-size 16 --warmup-steps 2 --seconds 0.2 \
           --precision bf16 --json "$tmp/peer.jsonl")
-  grep -Eq '^pytorch eager lenet5 b16 channels-last bf16: [0-9]+ img/s \(cuDNN benchmark False, cuDNN TF32 True, matmul TF32 True\)$' <<< "$out" ||
+  grep -Eq '^pytorch eager lenet5 b16 channels-last bf16: [0-9]+ img/s \(cuDNN benchmark False, cuDNN TF32 True, matmul TF32 True, optimizer foreach\)$' <<< "$out" ||
     fail "gpu_peer.py: $out"
+  out=$("$py" "$bench/gpu_peer.py" --device cpu --model lenet5 --batch-size 16 --warmup-steps 2 --seconds 0.2 \
+          --precision tf32 --cudnn-benchmark)
+  grep -Eq '^pytorch eager lenet5 b16 channels-last tf32\+benchmark: [0-9]+ img/s \(cuDNN benchmark True, cuDNN TF32 True, matmul TF32 True, optimizer foreach\)$' <<< "$out" ||
+    fail "gpu_peer.py --cudnn-benchmark: $out"
   "$py" -c 'import json,sys; j=json.loads(open(sys.argv[1]).read()); assert j["precision"] == "bf16" and j["compile"] is False and j["cudnn_benchmark"] is False' \
     "$tmp/peer.jsonl" || fail "gpu_peer.py --json: $(cat "$tmp/peer.jsonl")"
   if "$py" -c "import torch, sys; sys.exit(not hasattr(torch, 'compile'))"; then
     out=$("$py" "$bench/gpu_peer.py" --device cpu --model lenet5 --batch-size 16 --warmup-steps 2 --seconds 0.2 --compile 2> /dev/null)
-    grep -Eq '^pytorch compile lenet5 b16 channels-last fp32: [0-9]+ img/s \(cuDNN benchmark False, cuDNN TF32 False, matmul TF32 False, compiled in [0-9]+ s\)$' <<< "$out" ||
+    grep -Eq '^pytorch compile lenet5 b16 channels-last fp32: [0-9]+ img/s \(cuDNN benchmark False, cuDNN TF32 False, matmul TF32 False, optimizer compiled foreach, compiled in [0-9]+ s\)$' <<< "$out" ||
       fail "gpu_peer.py --compile: $out"
   elif out=$("$py" "$bench/gpu_peer.py" --device cpu --model lenet5 --compile 2>&1); then
     fail "gpu_peer.py --compile succeeded without torch.compile"
@@ -194,19 +198,22 @@ PY
     # Odd rounds run ours first, even rounds PyTorch's.
     [ "$(python3 -c 'import json,sys; print(" ".join(json.loads(l)["who"][:3] for l in open(sys.argv[1])))' "$tmp/speed/speed.jsonl")" = \
       "sta pyt pyt sta sta pyt" ] || fail "gpu-check.sh speed: the sides' order: $(cat "$tmp/speed/speed.jsonl")"
+    # PyTorch's settings (TF32 and cuDNN's benchmark mode) are fp32 on a CPU.
+    gpu speed "$tmp/deps" "$tmp/speed3" 3 defaults > "$tmp/gpu.log" 2>&1 || fail "gpu-check.sh speed defaults: $(tail -n 20 "$tmp/gpu.log")"
+    grep -Eq '^\| l5-1p \| fp32 \| [0-9]+ \| ' "$tmp/speed3/speed.md" || fail "gpu-check.sh speed defaults: $(cat "$tmp/speed3/speed.md")"
     if gpu speed "$tmp/deps" "$tmp/speed2" 2 > "$tmp/gpu.log" 2>&1; then fail "gpu-check.sh speed ran 2 rounds"; fi
     grep -qx 'ROUNDS 2: expected 3 or more (the table gives medians)' "$tmp/gpu.log" || fail "gpu-check.sh speed 2 rounds: $(cat "$tmp/gpu.log")"
     # One call's worth with this build packed as for a GPU machine: the tests (on the CPU), the
     # speed table, time to accuracy; OUT gets the tables and one tarball of the rest.
     "$bench/../scripts/gpu-check.sh" pack "$tmp/packed" "$(dirname "$sp")/../.." > "$tmp/gpu.log" 2>&1 ||
       fail "gpu-check.sh pack: $(tail -n 5 "$tmp/gpu.log")"
-    GPU_SP= CHECKS="graphs speed tta" WORK="$tmp/all-work" \
+    GPU_SP= CHECKS="graphs lock speed tta" LOCK_RUNS=1 SPEED_ROUNDS=3 WORK="$tmp/all-work" \
       gpu all "$tmp/packed" "$tmp/all" 600 > "$tmp/gpu.log" 2>&1 || fail "gpu-check.sh all: $(tail -n 30 "$tmp/gpu.log")"
     grep -q '^using the packed build: ' "$tmp/gpu.log" || fail "gpu-check.sh all did not use the packed build: $(cat "$tmp/gpu.log")"
-    [ "$(ls "$tmp/all" | tr '\n' ' ')" = "checks.tgz speed.md tta.md " ] && grep -q '^graphs: rc=0$' "$tmp/gpu.log" &&
+    [ "$(ls "$tmp/all" | tr '\n' ' ')" = "checks.tgz lock.txt speed.md tta.md " ] && grep -q '^graphs: rc=0$' "$tmp/gpu.log" &&
       tar tzf "$tmp/all/checks.tgz" | grep '^./graphs/steps.log$' > /dev/null || fail "gpu-check.sh all: $(ls "$tmp/all"; cat "$tmp/gpu.log")"
     CHECKS="graphs speedy" gpu all "$tmp/deps" "$tmp/all2" 600 > "$tmp/gpu.log" 2>&1 && fail "gpu-check.sh all ran CHECKS=speedy"
-    grep -qx 'CHECKS: speedy is not one of graphs, speed, table5, tta, precision' "$tmp/gpu.log" || fail "gpu-check.sh all speedy: $(cat "$tmp/gpu.log")"
+    grep -qx 'CHECKS: speedy is not one of graphs, lock, speed, speed-defaults, table5, tta, precision' "$tmp/gpu.log" || fail "gpu-check.sh all speedy: $(cat "$tmp/gpu.log")"
     status=0; gpu all "$tmp/deps" "$tmp/all3" soon > "$tmp/gpu.log" 2>&1 || status=$?
     [ "$status" = 2 ] && grep -qx 'SECONDS soon: expected a whole number' "$tmp/gpu.log" ||
       fail "gpu-check.sh all soon: exit $status, $(cat "$tmp/gpu.log")"

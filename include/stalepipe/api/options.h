@@ -174,6 +174,8 @@ struct TrainingPoint {
     "weights, activations and registers in nchw | channels-last | auto (the faster for the model, as measured)") \
   X(exec::Precision, precision, exec::Precision::kFp32, "precision", Name, UnlessDefault, "--precision",                         \
     "fp32 | tf32 (CUDA: convolutions and matmuls on TF32 tensor cores) | bf16 (forwards autocast to bfloat16; fp32 weights and optimizer state)") \
+  X(bool, cudnn_benchmark, false, "cudnn_benchmark", Plain, UnlessDefault, "--cudnn-benchmark",                         \
+    "CUDA: cuDNN times its algorithms for each convolution shape and keeps the fastest (torch.backends.cudnn.benchmark; PyTorch's default is off)") \
   X(int, recompute, 0, "recompute", Plain, Never, "--recompute",                                                         \
     "recompute activations in backward through weight layer L (a position a register could follow; 0: none): " \
     "less memory, same weights, one more forward of those layers")                                 \

@@ -6,6 +6,7 @@
 // these tests check there is the plumbing around the graphs, not a capture.
 // STALEPIPE_TEST_DEVICE=cuda:N (scripts/gpu-check.sh graphs) trains on that GPU with real CUDA
 // graphs instead.
+#include <cstdlib>
 #include <string>
 #include <thread>
 #include <utility>
@@ -13,8 +14,11 @@
 
 #include <gtest/gtest.h>
 #include <torch/nn/modules/dropout.h>
+#include <torch/nn/modules/batchnorm.h>
+#include <torch/nn/modules/conv.h>
 #include <torch/nn/modules/linear.h>
 
+#include "common/backward_impl.h"
 #include "exec/step_graph_impl.h"
 #include "stalepipe/common/error.h"
 #include "stalepipe/exec/device_stream.h"
@@ -321,6 +325,82 @@ TEST(Graphs, ThreadsCaptureReplayAndDropGraphsAtOnce) {
   for (int t = 0; t < kThreads; ++t) threads.emplace_back(work, t);
   for (auto& thread : threads) thread.join();
   for (int t = 0; t < kThreads; ++t) EXPECT_EQ(errors[t], "") << "thread " << t;
+}
+
+// The negative control of the graphs' lock: threads that capture and replay a convolution with
+// batch norm, forward and backward, at once give what one capture alone gives, bit for bit.
+// STALEPIPE_TEST_GRAPH_LOCK=off runs it without the lock (scripts/gpu-check.sh lock runs it in
+// many processes each way and counts the crashes and other bits); on the CPU it runs the
+// stand-in, which takes no lock.
+TEST(GraphLock, ThreadsCaptureAConvolutionWithBatchNormAtOnceAsOneAlone) {
+  const GraphTarget target = graph_target();
+  const DeterministicCuDNN deterministic;
+  const char* lock = std::getenv("STALEPIPE_TEST_GRAPH_LOCK");
+  const bool was_on = exec::detail::set_graph_lock_for_tests(!(lock && std::string(lock) == "off"));
+  constexpr int kThreads = 3, kGraphs = 12, kReplays = 3;
+  const torch::TensorOptions on(target.device);
+  // One capture's result on this thread, alone: the output and every gradient.
+  const auto run = [&](int t, std::vector<torch::Tensor>* results, std::string* error) {
+    const auto stream = exec::make_stream(target.device);
+    const auto on_stream = stream->enter();
+    torch::nn::Conv2d conv(torch::nn::Conv2dOptions(3, 16, 3).padding(1));
+    torch::nn::BatchNorm2d norm(16);
+    conv->to(target.device);
+    norm->to(target.device);
+    {  // each thread's own weights, drawn from no generator that another thread draws from
+      torch::NoGradGuard no_grad;
+      for (auto& p : conv->parameters()) p.copy_(torch::linspace(-0.3, 0.3 + 0.1 * t, p.numel(), on).view(p.sizes()));
+    }
+    const torch::Tensor x = torch::linspace(-1, 1, 8 * 3 * 16 * 16, on).reshape({8, 3, 16, 16});
+    const torch::Tensor weights = torch::linspace(0, 1, 8 * 16 * 16 * 16, on).reshape({8, 16, 16, 16});
+    std::vector<torch::Tensor> params = conv->parameters();
+    for (const auto& p : norm->parameters()) params.push_back(p);
+    for (auto& p : params) p.mutable_grad() = torch::zeros_like(p);
+    torch::Tensor out;
+    for (int g = 0; g < kGraphs; ++g) {
+      auto graph = target.mode == exec::GraphMode::kCuda ? exec::detail::make_cuda_graph("lock control")
+                                                         : exec::detail::make_replay_graph("lock control");
+      exec::detail::GraphResults outputs;
+      outputs.outputs = [&out] { return std::vector<torch::Tensor*>{&out}; };
+      graph->capture([&] {
+        {
+          torch::NoGradGuard no_grad;
+          for (auto& p : params) p.mutable_grad().zero_();
+        }
+        out = norm(conv(x)) * weights;
+        backward_on_this_thread({out}, {torch::ones_like(out)});
+      }, outputs);
+      for (int r = 0; r < kReplays; ++r) graph->replay();
+      stream->synchronize();
+      std::vector<torch::Tensor> now = {out.detach().cpu()};
+      for (const auto& p : params) now.push_back(p.grad().cpu());
+      if (results->empty()) {
+        *results = now;
+      } else if (!all_equal(now, *results)) {
+        *error = "thread " + std::to_string(t) + ", graph " + std::to_string(g) + ": other bits than its first graph's";
+        return;
+      }
+    }
+  };
+  std::vector<std::vector<torch::Tensor>> alone(kThreads), together(kThreads);
+  std::vector<std::string> errors(kThreads);
+  for (int t = 0; t < kThreads; ++t) run(t, &alone[t], &errors[t]);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      try {
+        run(t, &together[t], &errors[t]);
+      } catch (const std::exception& e) {
+        errors[t] = e.what();
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  exec::detail::set_graph_lock_for_tests(was_on);
+  for (int t = 0; t < kThreads; ++t) {
+    EXPECT_EQ(errors[t], "") << "thread " << t;
+    EXPECT_TRUE(all_equal(together[t], alone[t])) << "thread " << t << ": other bits than alone";
+  }
 }
 
 }  // namespace
