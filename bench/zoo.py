@@ -7,7 +7,7 @@
                                   and computes what ORIGINAL's network computes with EXPORT's
                                   weights, on a fixed batch of 3x64x64 images, in eval mode
   zoo.py middle STALEPIPE MODEL   prints the middle one of the layers a register may follow, as
-                                  `stalepipe layers --model-file MODEL --image-size 64` lists them
+                                  `stalepipe layers --model-file MODEL --image-size 64 --channels 3` lists them
 """
 import json
 import os
@@ -58,7 +58,7 @@ def reload(original, exported):
 
 
 def middle(stalepipe, model):
-    run = subprocess.run([stalepipe, "layers", "--model-file", model, "--image-size", "64"],
+    run = subprocess.run([stalepipe, "layers", "--model-file", model, "--image-size", "64", "--channels", "3"],
                          capture_output=True, text=True)
     if run.returncode != 0:
         sys.exit((run.stderr.strip().splitlines() or ["layers failed"])[-1])

@@ -114,6 +114,7 @@ std::vector<UnitInfo> describe_units(Model& model) {
     row.weight_layers = unit.weight_layers;
     row.cut_after = unit.cut_after;
     row.skips = unit.skips;
+    row.joined = unit.joined;
     for (const torch::Tensor& parameter : module.parameters()) {
       row.parameters += parameter.numel();
     }
@@ -134,9 +135,13 @@ std::vector<UnitInfo> describe_units(Model& model) {
 std::string format_layer_table(const Model& model, const std::vector<UnitInfo>& rows) {
   const std::vector<int> cuts = model.cut_layers();
   const bool skips = model.has_skips();
+  // Why a unit's weight layers cannot be cut apart, where it holds several and it is known.
+  const auto says_why = [](const UnitInfo& row) { return row.weight_layers.size() > 1 && !row.joined.empty(); };
+  const bool joined = std::any_of(rows.begin(), rows.end(), says_why);
   std::vector<std::vector<std::string>> cells = {
       {"unit", "name", "layers", "output", "params", "MFLOPs", "register after"}};
   if (skips) cells.front().push_back("skip tensors");
+  if (joined) cells.front().push_back("no register between its layers");
   int64_t total_parameters = 0;
   double total_mflops = 0.0;
   for (const UnitInfo& row : rows) {
@@ -149,6 +154,7 @@ std::string format_layer_table(const Model& model, const std::vector<UnitInfo>& 
                      shape_text(row.output_shape), grouped(row.parameters),
                      mflops_text(row.forward_mflops), cut});
     if (skips) cells.back().push_back(skips_text(row.skips));
+    if (joined) cells.back().push_back(says_why(row) ? row.joined : "");
     total_parameters += row.parameters;
     total_mflops += row.forward_mflops;
   }
@@ -156,6 +162,7 @@ std::string format_layer_table(const Model& model, const std::vector<UnitInfo>& 
   cells.push_back({"total", "", total_layers > 0 ? "1-" + std::to_string(total_layers) : "-", "",
                    grouped(total_parameters), mflops_text(total_mflops), ""});
   if (skips) cells.back().push_back("");
+  if (joined) cells.back().push_back("");
 
   std::vector<size_t> widths(cells.front().size(), 0);
   for (const auto& line : cells) {
@@ -164,7 +171,7 @@ std::string format_layer_table(const Model& model, const std::vector<UnitInfo>& 
     }
   }
   // Numbers (unit, params, MFLOPs) align right, text left.
-  const std::vector<bool> right = {true, false, false, false, true, true, false, false};
+  const std::vector<bool> right = {true, false, false, false, true, true, false, false, false};
   std::string text = c10::str("model ", model.name, ": input ", model.input.channels, "x",
                               model.input.height, "x", model.input.width, ", ",
                               model.input.num_classes, " classes, ", total_layers,

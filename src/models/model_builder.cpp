@@ -80,6 +80,7 @@ ModelBuilder& ModelBuilder::add_any(std::string name, torch::nn::AnyModule modul
   unit.name = std::move(name);
   unit.module = std::move(module);
   unit.cut_after = options.cut_after();
+  unit.joined = options.joined();
   unit.skips = {options.pops(), options.stashes()};
   for (int i = 0; i < count; ++i) unit.weight_layers.push_back(first + i);
   units_.push_back(std::move(unit));

@@ -83,7 +83,79 @@ void weight_calls(const Node* node, std::vector<const Node*>& out) {
   }
 }
 
+// Whether `node` computes a value from the module's tensors and constants alone, reading no
+// input and writing nothing: a weight standardised, normalised or scaled before its use.
+// Such a node runs in the piece that uses its value (models/torchscript_impl.h).
+bool derived_from_module(const Node* node, const Value* self) {
+  if (node->outputs().size() != 1 || !node->blocks().empty() || node->hasSideEffects() ||
+      node->kind() == c10::prim::Param || node_draw(*node) != RandomDraw::kNone) {
+    return false;
+  }
+  // A batch norm with running statistics updates them, though its schema does not say so.
+  if (node->kind() == c10::aten::batch_norm && node->inputs().size() > 3 &&
+      node->input(3)->type()->kind() != c10::TypeKind::NoneType) {
+    return false;
+  }
+  const c10::FunctionSchema* schema = node->maybeSchema();
+  if (schema) {
+    for (const c10::Argument& a : schema->arguments()) {
+      if (a.alias_info() && a.alias_info()->isWrite()) return false;
+    }
+  } else if (node->kind() != c10::prim::ListConstruct && node->kind() != c10::prim::TupleConstruct) {
+    return false;
+  }
+  bool reads_tensor = false;
+  for (const Value* in : node->inputs()) {
+    if (recomputable(in, self)) {
+      reads_tensor |= in->node()->kind() == c10::prim::GetAttr && in->type()->kind() == c10::TypeKind::TensorType;
+      continue;
+    }
+    if (!derived_from_module(in->node(), self)) return false;
+    reads_tensor = true;
+  }
+  return reads_tensor;
+}
+
+// Whether a node writes into `v` itself (an in-place operation on it). AliasDb's hasWriters
+// would also count writes to any tensor it cannot tell apart from the module's, which in a
+// real network is every parameter.
+bool written_in_place(const Value* v) {
+  for (const torch::jit::Use& use : v->uses()) {
+    const c10::FunctionSchema* schema = use.user->maybeSchema();
+    if (!schema || use.offset >= schema->arguments().size()) continue;
+    const c10::AliasInfo* alias = schema->arguments()[use.offset].alias_info();
+    if (alias && alias->isWrite()) return true;
+  }
+  return false;
+}
+
+// The parameter or buffer a value is computed from (through derived_from_module's nodes),
+// as an attribute path from self ("layer1.0.conv1.weight"); nullopt if none.
+std::optional<std::string> module_tensor_source(const Value* v, const Value* self) {
+  if (v->node()->kind() == c10::prim::GetAttr && v->type()->kind() == c10::TypeKind::TensorType) {
+    return attribute_path(v, self);
+  }
+  if (!derived_from_module(v->node(), self)) return std::nullopt;
+  for (const Value* in : v->node()->inputs()) {
+    if (const auto path = module_tensor_source(in, self)) return path;
+  }
+  return std::nullopt;
+}
+
+// A convolution or linear map called as a function whose weight (its second argument) comes
+// from a tensor of the module, directly or through other operations: "layer1.0.conv1.weight"
+// for torch.conv2d(x, standardised(self.weight)); nullopt for any other node.
+std::optional<std::string> functional_weight(const Node* node) {
+  static const std::set<c10::Symbol> kinds = {
+      c10::aten::conv1d, c10::aten::conv2d, c10::aten::conv3d, c10::aten::conv_transpose1d,
+      c10::aten::conv_transpose2d, c10::aten::conv_transpose3d, c10::aten::convolution, c10::aten::_convolution,
+      c10::aten::linear};
+  if (!kinds.count(node->kind()) || node->inputs().size() < 2) return std::nullopt;
+  return module_tensor_source(node->input(1), node->owningGraph()->inputs()[0]);
+}
+
 bool is_weight_call(const Node* node) {
+  if (functional_weight(node)) return true;
   if (node->kind() != c10::prim::CallMethod) return false;
   const auto type = module_type(node->input(0));
   if (!type) return false;
@@ -93,6 +165,16 @@ bool is_weight_call(const Node* node) {
     if (is_torch_nn(name, layer)) return true;
   }
   return false;
+}
+
+// The name a weight layer's piece takes: the called layer's path, or the path of the module
+// that holds a functional layer's weight ("layer1.0.conv1"; the tensor's own name at the top).
+std::string layer_path(const Node* layer, const Value* self) {
+  if (const auto weight = functional_weight(layer)) {
+    const size_t dot = weight->rfind('.');
+    return dot == std::string::npos ? *weight : weight->substr(0, dot);
+  }
+  return module_path(layer->input(0), self);
 }
 
 // The submodule of `root` at `path` ("layer1.0.conv1"; "" is root itself).
@@ -255,13 +337,17 @@ struct Piece {
   Value* main_in = nullptr;
   Value* main_out = nullptr;
   std::vector<std::pair<std::string, Value*>> pops, stashes;  // by skip name
+  std::string joined;  // why it holds pieces that could have been cut apart; empty: none
 };
 
 class Segmenter {
  public:
-  Segmenter(std::shared_ptr<Graph> graph, std::string file)
-      : graph_(std::move(graph)), file_(std::move(file)), aliases_(graph_) {
+  Segmenter(const torch::jit::Module& script, std::shared_ptr<Graph> graph, std::string file)
+      : script_(script), graph_(std::move(graph)), file_(std::move(file)), aliases_(graph_) {
     self_ = graph_->inputs()[0];
+    std::set<std::string> assigned;
+    assigned_attributes(graph_->block(), self_, assigned);
+    assigns_attributes_ = !assigned.empty();
     SP_CHECK_ARG(graph_->inputs().size() == 2, file_, ": forward takes ", graph_->inputs().size() - 1,
                  " inputs; a network stalepipe trains takes one tensor");
     SP_CHECK_ARG(graph_->outputs().size() == 1 && graph_->outputs()[0]->type()->kind() == c10::TypeKind::TensorType,
@@ -271,25 +357,91 @@ class Segmenter {
   std::vector<Piece> cut() {
     split_at_weight_layers();
     merge_pieces_the_next_does_not_continue();
+    merge_where_other_values_cross();
     route_values();
-    return std::move(pieces_);
+    return pieces_;
+  }
+
+  // Makes pieces [first, last] one, for `why`, and routes the values anew.
+  std::vector<Piece> join(size_t first, size_t last, const std::string& why) {
+    merge(first, last, why);
+    route_values();
+    return pieces_;
   }
 
  private:
+  // Whether a value is computed from the module alone, again by each piece that reads it.
+  bool from_module(const Node* node) const {
+    return node->outputs().size() == 1 &&
+           (recomputable(node->output(), self_) ||
+            (derived_from_module(node, self_) && !written_in_place(node->output())));
+  }
+
+  // A node that reads only what every piece computes again (a check on a weight's shape, as
+  // F.batch_norm makes of a standardised weight): it may run later, with the next node that
+  // reads the input, so that a weight and its checks stay in its layer's piece. Not where the
+  // forward assigns attributes or writes what the node reads.
+  bool deferrable(Node* node) const {
+    if (assigns_attributes_) return false;
+    std::vector<Value*> in;
+    outside_inputs(node, node, in);
+    return std::all_of(in.begin(), in.end(), [&](Value* v) {
+      return (module_values_.count(v) || recomputable(v, self_)) && !written_in_place(v);
+    });
+  }
+
   void split_at_weight_layers() {
     pieces_.emplace_back();
+    std::vector<Node*> deferred;
     for (Node* node : graph_->nodes()) {
-      if (node->outputs().size() == 1 && (recomputable(node->output(), self_) || rebuildable(node->output()))) continue;
+      if (from_module(node)) {
+        module_values_.insert(node->output());
+        continue;
+      }
+      if (node->outputs().size() == 1 && rebuildable(node->output())) continue;
+      if (deferrable(node)) {
+        deferred.push_back(node);
+        for (Value* out : node->outputs()) module_values_.insert(out);
+        continue;
+      }
       std::vector<const Node*> layers;
       weight_calls(node, layers);
-      if (!layers.empty() && pieces_.back().weight_layers > 0) pieces_.emplace_back();
-      pieces_.back().nodes.push_back(node);
-      if (!layers.empty() && pieces_.back().weight_layers == 0) {
-        pieces_.back().first_layer = module_path(layers.front()->input(0), self_);
+      std::string container;
+      const int count = static_cast<int>(layers.size()) + container_layers(node, container);
+      if (count > 0 && pieces_.back().weight_layers > 0) pieces_.emplace_back();
+      deferred.push_back(node);
+      for (Node* n : deferred) {
+        pieces_.back().nodes.push_back(n);
+        for (Value* out : n->outputs()) piece_of_[out] = static_cast<int>(pieces_.size()) - 1;
       }
-      pieces_.back().weight_layers += static_cast<int>(layers.size());
-      for (Value* out : node->outputs()) piece_of_[out] = static_cast<int>(pieces_.size()) - 1;
+      deferred.clear();
+      if (count > 0 && pieces_.back().weight_layers == 0) {
+        pieces_.back().first_layer = layers.empty() ? container : layer_path(layers.front(), self_);
+      }
+      pieces_.back().weight_layers += count;
     }
+    for (Node* n : deferred) {  // checks after the last node that reads the input
+      pieces_.back().nodes.push_back(n);
+      for (Value* out : n->outputs()) piece_of_[out] = static_cast<int>(pieces_.size()) - 1;
+    }
+  }
+
+  // The weight layers of the module containers a node (and the blocks in it) indexes with a
+  // number known only when it runs (prim::ModuleContainerIndex): all of a container's count,
+  // once. `first`: the path of the first such container.
+  int container_layers(const Node* node, std::string& first) {
+    int count = 0;
+    if (node->kind() == c10::prim::ModuleContainerIndex) {
+      const auto path = attribute_path(node->input(0), self_);
+      if (path && counted_containers_.insert(*path).second) {
+        count += count_script_weight_layers(submodule(script_, *path));
+        if (first.empty()) first = *path;
+      }
+    }
+    for (const torch::jit::Block* block : node->blocks()) {
+      for (const Node* inner : block->nodes()) count += container_layers(inner, first);
+    }
+    return count;
   }
 
   int producer(Value* v) const {
@@ -326,6 +478,28 @@ class Segmenter {
     return out;
   }
 
+  // Pieces [first, last] into `first`; `why` (if any) says why they could not stay apart.
+  void merge(size_t first, size_t last, const std::string& why) {
+    Piece& into = pieces_[first];
+    if (into.joined.empty()) into.joined = why;
+    for (size_t p = first + 1; p <= last; ++p) {
+      into.nodes.insert(into.nodes.end(), pieces_[p].nodes.begin(), pieces_[p].nodes.end());
+      into.weight_layers += pieces_[p].weight_layers;
+      if (into.first_layer.empty()) into.first_layer = pieces_[p].first_layer;
+      if (into.joined.empty()) into.joined = pieces_[p].joined;
+    }
+    const int gone = static_cast<int>(last - first);
+    for (auto& [value, piece] : piece_of_) {
+      if (piece > static_cast<int>(last)) {
+        piece -= gone;
+      } else if (piece > static_cast<int>(first)) {
+        piece = static_cast<int>(first);
+      }
+    }
+    pieces_.erase(pieces_.begin() + static_cast<std::ptrdiff_t>(first + 1),
+                  pieces_.begin() + static_cast<std::ptrdiff_t>(last + 1));
+  }
+
   // A register can only go where the next piece continues from this one: elsewhere the two
   // are one unit.
   void merge_pieces_the_next_does_not_continue() {
@@ -336,14 +510,32 @@ class Segmenter {
         ++p;
         continue;
       }
-      auto& previous = pieces_[p - 1];
-      previous.nodes.insert(previous.nodes.end(), pieces_[p].nodes.begin(), pieces_[p].nodes.end());
-      previous.weight_layers += pieces_[p].weight_layers;
-      for (Node* node : pieces_[p].nodes) {
-        for (Value* out : node->outputs()) piece_of_[out] = static_cast<int>(p) - 1;
+      merge(p - 1, p, "the layers after it do not read its output");
+    }
+  }
+
+  // Only tensors cross a register: a piece that reads anything else from an earlier piece (a
+  // list from split, an int from a shape, a module picked from a list) is one unit with every
+  // piece from that one on.
+  void merge_where_other_values_cross() {
+    for (size_t p = 1; p < pieces_.size();) {
+      int first = -1;
+      const Value* why = nullptr;
+      for (Value* v : reads(p)) {
+        const int from = producer(v);
+        if (from < 0 || v->type()->kind() == c10::TypeKind::TensorType) continue;
+        if (first < 0 || from < first) {
+          first = from;
+          why = v;
+        }
       }
-      pieces_.erase(pieces_.begin() + static_cast<std::ptrdiff_t>(p));
-      for (auto& [value, piece] : piece_of_) piece -= piece > static_cast<int>(p) ? 1 : 0;
+      if (first < 0) {
+        ++p;
+        continue;
+      }
+      merge(static_cast<size_t>(first), p,
+            c10::str(script_node_place(*why->node()), " makes a ", why->type()->str(), " that a later layer uses"));
+      p = static_cast<size_t>(first) + 1;
     }
   }
 
@@ -351,15 +543,20 @@ class Segmenter {
   // it crosses each register once and its gradients add up in the order autograd adds them in
   // the whole forward: later readers' first.
   void route_values() {
+    skips_ = 0;
+    for (Piece& piece : pieces_) {
+      piece.main_in = piece.main_out = nullptr;
+      piece.pops.clear();
+      piece.stashes.clear();
+    }
     pieces_[0].main_in = graph_->inputs()[1];
     std::map<Value*, int> holder;  // the last piece that received a value: it hands it on
     holder[graph_->inputs()[1]] = 0;
     for (size_t p = 0; p < pieces_.size(); ++p) {
       for (Value* v : reads(p)) {
         const int from = producer(v);
-        SP_CHECK_ARG(v->type()->kind() == c10::TypeKind::TensorType, file_, ": ", script_node_place(*v->node()),
-                     " makes a ", v->type()->str(), " that the forward uses after a place where a pipeline register "
-                     "may go; only tensors can cross a register (compute it where it is used)");
+        SP_CHECK(v->type()->kind() == c10::TypeKind::TensorType, file_, ": ", script_node_place(*v->node()),
+                 " makes a ", v->type()->str(), " that crosses between pieces");  // merged: never
         if (p > 0 && !pieces_[p].main_in && from == static_cast<int>(p) - 1) {
           pieces_[p].main_in = v;
           pieces_[p - 1].main_out = v;
@@ -378,9 +575,13 @@ class Segmenter {
     pieces_.back().main_out = graph_->outputs()[0];
   }
 
+  torch::jit::Module script_;
   std::shared_ptr<Graph> graph_;
   std::string file_;
   torch::jit::AliasDb aliases_;
+  std::set<std::string> counted_containers_;
+  bool assigns_attributes_ = false;
+  std::set<const Value*> module_values_;  // computed from the module alone (split_at_weight_layers)
   Value* self_ = nullptr;
   std::vector<Piece> pieces_;
   std::map<Value*, int> piece_of_;
@@ -396,6 +597,10 @@ bool holds_tensor(const c10::TypePtr& type) {
 void collect_uses(const torch::jit::Block* block, const Value* self, PieceUses& uses) {
   for (const Node* node : block->nodes()) {
     if (node->kind() == c10::prim::CallMethod && module_type(node->input(0))) {
+      uses.calls.insert(module_path(node->input(0), self));
+    }
+    // A module picked from a container by a number known only when it runs: any of them.
+    if (node->kind() == c10::prim::ModuleContainerIndex && attribute_path(node->input(0), self)) {
       uses.calls.insert(module_path(node->input(0), self));
     }
     if (node->kind() == c10::prim::GetAttr && module_type(node->input(0))) {
@@ -531,29 +736,54 @@ double ScriptSegmentImpl::forward_flops(const std::vector<int64_t>& input_shape)
   return flops;
 }
 
+namespace {
+
+struct PieceGraph {
+  std::shared_ptr<Graph> graph;
+  PieceUses uses;
+};
+
+// Each piece's graph and what it uses; nullopt, after joining the first two pieces that read
+// one parameter or buffer (a tensor two partitions would share trains in one).
+std::optional<std::vector<PieceGraph>> piece_graphs(const torch::jit::Module& script, Graph& whole,
+                                                    Segmenter& segmenter, std::vector<Piece>& pieces) {
+  std::vector<PieceGraph> out;
+  std::map<const void*, std::pair<std::string, size_t>> reader;  // TensorImpl -> (path, piece)
+  for (size_t p = 0; p < pieces.size(); ++p) {
+    PieceGraph piece{piece_graph(whole, pieces[p]), {}};
+    collect_uses(piece.graph->block(), piece.graph->inputs()[0], piece.uses);
+    for (const ScriptTensor& t : piece_tensors(script, piece.uses)) {
+      const auto [it, fresh] = reader.emplace(t.tensor.unsafeGetTensorImpl(), std::make_pair(t.path, p));
+      if (fresh || it->second.second == p) continue;
+      pieces = segmenter.join(it->second.second, p, c10::str(t.parameter ? "parameter " : "buffer ", t.path,
+                                                             " is read on both sides"));
+      return std::nullopt;
+    }
+    out.push_back(std::move(piece));
+  }
+  return out;
+}
+
+}  // namespace
+
 std::vector<ScriptPiece> cut_script_forward(const torch::jit::Module& script, const std::string& file) {
   const auto graph = cuttable_forward(script, file);
-  std::vector<Piece> pieces = Segmenter(graph, file).cut();
+  Segmenter segmenter(script, graph, file);
+  std::vector<Piece> pieces = segmenter.cut();
+  std::optional<std::vector<PieceGraph>> graphs;
+  while (!(graphs = piece_graphs(script, *graph, segmenter, pieces))) {
+  }
   std::vector<ScriptPiece> units;
-  // Each tensor trains in the one partition that reads it.
-  std::map<const void*, std::pair<std::string, size_t>> reader;  // TensorImpl -> (path, unit)
   for (size_t p = 0; p < pieces.size(); ++p) {
     ScriptPiece unit;
     unit.name = pieces[p].first_layer.empty() ? c10::str("piece", p + 1) : flat_name(pieces[p].first_layer);
-    const auto piece = piece_graph(*graph, pieces[p]);
-    PieceUses uses;
-    collect_uses(piece->block(), piece->inputs()[0], uses);
-    for (const ScriptTensor& t : piece_tensors(script, uses)) {
-      const auto [it, fresh] = reader.emplace(t.tensor.unsafeGetTensorImpl(), std::make_pair(t.path, p));
-      SP_CHECK_ARG(fresh || it->second.second == p, file, ": ", t.parameter ? "parameter " : "buffer ", t.path,
-                   " is read by two pieces of the forward, ", it->second.second + 1, " (", units[it->second.second].name,
-                   ") and ", p + 1, " (", unit.name, "); a tensor two partitions would share cannot be cut apart");
-    }
     unit.weight_layers = pieces[p].weight_layers;
+    unit.joined = pieces[p].joined;
     for (const auto& [skip, v] : pieces[p].pops) unit.skips.pops.push_back(skip);
     for (const auto& [skip, v] : pieces[p].stashes) unit.skips.stashes.push_back(skip);
-    unit.module = unit.skips.empty() ? torch::nn::AnyModule(ScriptChainSegment(script, piece, uses, unit.name))
-                                     : torch::nn::AnyModule(ScriptSegment(script, piece, uses, unit.name));
+    const PieceGraph& piece = (*graphs)[p];
+    unit.module = unit.skips.empty() ? torch::nn::AnyModule(ScriptChainSegment(script, piece.graph, piece.uses, unit.name))
+                                     : torch::nn::AnyModule(ScriptSegment(script, piece.graph, piece.uses, unit.name));
     units.push_back(std::move(unit));
   }
   return units;

@@ -249,7 +249,11 @@ Model load_pieces(const torch::jit::Module& script, const std::string& path, con
   ModelBuilder builder(std::filesystem::path(path).stem().string(), input);
   for (auto& piece : pieces) {
     builder.add_any(piece.name, piece.module,
-                    UnitOptions().weight_layers(piece.weight_layers).pops(piece.skips.pops).stashes(piece.skips.stashes));
+                    UnitOptions()
+                        .weight_layers(piece.weight_layers)
+                        .pops(piece.skips.pops)
+                        .stashes(piece.skips.stashes)
+                        .joined(piece.joined));
   }
   Model model;
   try {

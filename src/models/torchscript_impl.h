@@ -92,18 +92,21 @@ struct ScriptPiece {
   torch::nn::AnyModule module;
   int weight_layers = 0;
   Skips skips;
+  std::string joined;  // why pieces that could have been cut apart are this one (Unit::joined)
 };
 // Cuts the forward of `script` into units: every call but those of weight layers (Conv*,
 // ConvTranspose*, Linear, Bilinear) is inlined at any depth, functions included; the module's
 // settings (non-tensor attributes other than `training` that the forward never assigns) become
 // constants and fold away the branches they rule out; random draws are made exact
-// (make_draws_exact). A unit starts at each call of a weight layer where the unit before hands
-// it a tensor (else the two are one unit); branches and loops stay inside one unit. Each tensor
-// a unit reads from a unit before the previous one, or besides the one it continues from,
-// becomes a skip tensor. A parameter or buffer belongs to the unit that reads it or calls its
-// layer. Throws UsageError naming `file` and the node for a non-tensor value that would cross a
-// register, a forward that does not take and return one tensor, a draw that cannot be made
-// exact, or a parameter or buffer read by two units (naming both).
+// (make_draws_exact). A unit starts at each weight layer (a call of one, or a convolution or
+// linear map called on a weight made from the module's tensors, with what makes that weight)
+// where the unit before hands it a tensor; branches and loops stay inside one unit. Where
+// anything but tensors would cross from one unit to a later one, or two units would read one
+// parameter or buffer, the units between are one (ScriptPiece::joined says why). Each tensor a
+// unit reads from a unit before the previous one, or besides the one it continues from, becomes
+// a skip tensor. A parameter or buffer belongs to the unit that reads it or calls its layer.
+// Throws UsageError naming `file` for a forward that does not take and return one tensor or a
+// draw that cannot be made exact (naming the node).
 std::vector<ScriptPiece> cut_script_forward(const torch::jit::Module& script, const std::string& file);
 
 // FLOPs of what `run` computes, as the autograd profiler counts them (as ScriptUnit's).

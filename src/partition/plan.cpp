@@ -52,7 +52,11 @@ std::string unit_holding(const models::Model& model, int layer) {
     const auto& layers = model.units[i].weight_layers;
     if (layers.empty() || layer < layers.front() || layer > layers.back()) continue;
     const std::string unit = c10::str("unit ", i + 1, " (", model.units[i].name, ")");
-    if (layer != layers.back()) return c10::str("inside ", unit, ", which holds layers ", layers.front(), "-", layers.back());
+    if (layer != layers.back()) {
+      const std::string& why = model.units[i].joined;
+      return c10::str("inside ", unit, ", which holds layers ", layers.front(), "-", layers.back(),
+                      why.empty() ? "" : " together: " + why);
+    }
     return unit + " does not allow a register after it";
   }
   return "no unit holds it";

@@ -21,6 +21,7 @@ struct UnitInfo {
   double forward_mflops = 0.0;
   bool cut_after = true;
   Skips skips;                       // as in the Unit
+  std::string joined;                // as in the Unit
 };
 
 // One row per unit. Runs one batch-1 forward of zeros (on the device and dtype of the model's

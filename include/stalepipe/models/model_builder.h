@@ -36,6 +36,8 @@ namespace stalepipe::models {
 struct UnitOptions {
   // Whether a pipeline register may follow this unit (false: keep it with the next unit).
   TORCH_ARG(bool, cut_after) = true;
+  // Unit::joined.
+  TORCH_ARG(std::string, joined);
   // Number of weight layers the unit counts for in the PPV numbering; -1 counts its conv and
   // linear modules. Set it for a unit whose weights live in other module types.
   TORCH_ARG(int, weight_layers) = -1;

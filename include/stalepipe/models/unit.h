@@ -45,6 +45,11 @@ struct Unit {
   // be split (none in the zoo: a ResNet block is already one unit).
   bool cut_after = true;
 
+  // Why no register may go between its weight layers, in a few words, where it holds pieces of
+  // a network that a register could not separate ("aten::split at net.py:31 makes a Tensor[]
+  // that a later layer uses"); shown by `layers` and in errors. Empty: nothing to say.
+  std::string joined;
+
   // The skip tensors it pops and stashes (none for a unit of a chain).
   Skips skips;
 };

@@ -67,23 +67,61 @@ TEST(TorchScriptDag, ARegisterInsideTheResidualTrainsAsWithoutIt) {
                               trained(file, {1, 2}, ScheduleKind::kStale, "emulated")));
 }
 
-TEST(TorchScriptDag, WhatCannotBeCutIsRefusedNamingTheNode) {
-  test::TempDir dir;
-  auto load = [&](const torch::jit::Module& m) {
-    return error_of<UsageError>([&] { models::load_torchscript(test::save_script(m, dir.file("m.pt")), kInput); });
-  };
-  // A batch size read with c1 and used with c2: an int cannot cross the register between them.
-  const std::string size = load(test::script_module(
+// What only tensors may cross never refuses a network: the pieces it would cross between are one
+// unit, which says why, and the network trains, bit for bit as uncut where there is no staleness.
+std::string joined_file(const test::TempDir& dir, const std::string& name, const std::string& forward,
+                        int64_t c2_channels = 4) {
+  torch::manual_seed(5);
+  const auto net = test::script_module(
       "__torch__.Net",
-      {{"c1", test::script_conv2d(1, 4, 1)}, {"c2", test::script_conv2d(4, 4, 1)}, {"fc", test::script_linear(256, 3)}},
-      "\ndef forward(self, x):\n    n = x.size(0)\n    h = self.c2.forward(self.c1.forward(x))\n"
-      "    return self.fc.forward(h.reshape(n, -1))\n"));
-  EXPECT_NE(size.find("m.pt: aten::size"), std::string::npos) << size;
-  EXPECT_NE(size.find("makes a int that the forward uses after a place where a pipeline register may go; only "
-                      "tensors can cross a register"),
-            std::string::npos)
-      << size;
-  // A parameter read by two pieces would train in two partitions.
+      {{"c1", test::script_conv2d(1, 4, 1)}, {"c2", test::script_conv2d(c2_channels, c2_channels, 1)},
+       {"c3", test::script_conv2d(4, 4, 1)}, {"fc", test::script_linear(256, 3)}},
+      forward);
+  return test::save_script(net, dir.file(name));
+}
+
+void expect_joined_trains(const std::string& file, const std::string& why) {
+  const auto model = models::load_torchscript(file, kInput);
+  ASSERT_EQ(model.units.size(), 3u) << file;
+  EXPECT_EQ(model.units[0].weight_layers, (std::vector<int>{1, 2})) << file;
+  EXPECT_NE(model.units[0].joined.find(why), std::string::npos) << model.units[0].joined;
+  EXPECT_EQ(model.cut_layers(), (std::vector<int>{2, 3}));
+  // A register inside the joined unit is refused in one line naming the reason and the places.
+  const std::string inside = error_of<UsageError>([&] { trained(file, {1}, ScheduleKind::kSequential, "emulated"); });
+  EXPECT_NE(inside.find("inside unit 1 (c1), which holds layers 1-2 together: " + why), std::string::npos) << inside;
+  EXPECT_NE(inside.find("a register may follow layer 2, 3"), std::string::npos) << inside;
+  EXPECT_TRUE(test::all_equal(trained(file, {2, 3}, ScheduleKind::kSequential, "emulated"),
+                              trained(file, {}, ScheduleKind::kSequential, "emulated")))
+      << file;
+  EXPECT_TRUE(test::all_equal(trained(file, {2, 3}, ScheduleKind::kStale, "threads"),
+                              trained(file, {2, 3}, ScheduleKind::kStale, "emulated")))
+      << file;
+}
+
+TEST(TorchScriptDag, AnIntFromAShapeJoinsThePiecesItWouldCross) {
+  test::TempDir dir;
+  // A batch size read with c1 and used after c2: an int cannot cross a register between them.
+  expect_joined_trains(joined_file(dir, "size.pt",
+                                   "\ndef forward(self, x):\n    n = x.size(0)\n    h = self.c2.forward(self.c1.forward(x))\n"
+                                   "    h = torch.relu(h).reshape(n, 4, 8, 8)\n"
+                                   "    return self.fc.forward(torch.flatten(self.c3.forward(h), 1))\n"),
+                       "aten::size");
+}
+
+TEST(TorchScriptDag, AListOfTensorsFromSplitJoinsThePiecesItWouldCross) {
+  test::TempDir dir;
+  // The list is read after c2, so it would cross a register there.
+  expect_joined_trains(joined_file(dir, "split.pt",
+                                   "\ndef forward(self, x):\n    parts = torch.split(self.c1.forward(x), 2, 1)\n"
+                                   "    h = torch.cat([self.c2.forward(parts[0]), parts[1]], 1)\n"
+                                   "    return self.fc.forward(torch.flatten(self.c3.forward(h), 1))\n",
+                                   /*c2_channels=*/2),
+                       "aten::split");
+}
+
+TEST(TorchScriptDag, AParameterTwoPiecesReadJoinsThem) {
+  test::TempDir dir;
+  torch::manual_seed(5);
   torch::jit::Module own("__torch__.Own");
   own.register_attribute("training", c10::BoolType::get(), true);
   own.register_module("c1", test::script_conv2d(1, 4, 1));
@@ -91,10 +129,10 @@ TEST(TorchScriptDag, WhatCannotBeCutIsRefusedNamingTheNode) {
   own.register_module("fc", test::script_linear(256, 3));
   own.define("\ndef forward(self, x):\n    h = self.c1.forward(x * self.scale) * self.scale\n"
              "    return self.fc.forward(torch.flatten(h, 1)) * self.scale\n");
-  const std::string param = load(own);
-  EXPECT_NE(param.find("m.pt: parameter scale is read by two pieces of the forward, 1 (c1) and 2 (fc)"),
-            std::string::npos)
-      << param;
+  const auto model = models::load_torchscript(test::save_script(own, dir.file("own.pt")), kInput);
+  ASSERT_EQ(model.units.size(), 1u);
+  EXPECT_EQ(model.units[0].joined, "parameter scale is read on both sides");
+  EXPECT_TRUE(model.cut_layers().empty());
 }
 
 }  // namespace
