@@ -49,12 +49,14 @@ torch::Tensor Stage::to_device(const torch::Tensor& t) const {
   return t.to(torch::TensorOptions().device(device_), /*non_blocking=*/device_.is_cuda());
 }
 
-torch::Tensor Stage::arrived(const torch::Tensor& t) const {
-  return models::in_memory_format(to_device(t), memory_format_);
+torch::Tensor Stage::arrived(const torch::Tensor& t) const { return to_device(t); }
+
+torch::Tensor Stage::main_arrived(const torch::Tensor& t) const {
+  return is_first() ? models::in_memory_format(to_device(t), memory_format_) : to_device(t);
 }
 
 torch::Tensor Stage::prepare_input(const torch::Tensor& input) const {
-  torch::Tensor x = arrived(input);
+  torch::Tensor x = main_arrived(input);
   if (is_first()) return x;
   // A leaf of this stage's graph, so backward() yields the gradient to send upstream.
   return x.detach().requires_grad_(true);
@@ -451,7 +453,7 @@ StageTensors Stage::predict(const StageTensors& input) {
   StageTensors out;
   {
     AutocastScope autocast(precision_, device_);
-    out.main = run_units(0, module_->size(), arrived(input.main), table, std::nullopt);
+    out.main = run_units(0, module_->size(), main_arrived(input.main), table, std::nullopt);
   }
   if (is_last()) out.main = to_full_precision(out.main);
   for (const std::string& name : skip_outputs_) out.skips.push_back(table.at(name));

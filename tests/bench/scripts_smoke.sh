@@ -209,7 +209,8 @@ PY
       fail "gpu-check.sh pack: $(tail -n 5 "$tmp/gpu.log")"
     GPU_SP= CHECKS="graphs lock speed tta" LOCK_RUNS=1 SPEED_ROUNDS=3 WORK="$tmp/all-work" \
       gpu all "$tmp/packed" "$tmp/all" 600 > "$tmp/gpu.log" 2>&1 ||
-      fail "gpu-check.sh all: $(grep -hE 'rc=[1-9]|skipped|failed|FAIL' "$tmp/gpu.log" "$tmp/all-work"/*.log "$tmp/all-work"/*/steps.log 2>/dev/null | head -n 20; tail -n 30 "$tmp/gpu.log")"
+      fail "gpu-check.sh all: $(grep -hE 'rc=[1-9]|skipped|failed|FAIL' "$tmp/gpu.log" "$tmp/all-work"/*.log "$tmp/all-work"/*/steps.log 2>/dev/null | head -n 20
+                                grep -h -A6 'Failure$' "$tmp/all-work"/*/steps.log 2>/dev/null | head -n 30; tail -n 30 "$tmp/gpu.log")"
     grep -q '^using the packed build: ' "$tmp/gpu.log" || fail "gpu-check.sh all did not use the packed build: $(cat "$tmp/gpu.log")"
     [ "$(ls "$tmp/all" | tr '\n' ' ')" = "checks.tgz lock.txt speed.md tta.md " ] && grep -q '^graphs: rc=0$' "$tmp/gpu.log" &&
       tar tzf "$tmp/all/checks.tgz" | grep '^./graphs/steps.log$' > /dev/null || fail "gpu-check.sh all: $(ls "$tmp/all"; cat "$tmp/gpu.log")"

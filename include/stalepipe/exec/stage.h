@@ -246,8 +246,11 @@ class Stage {
   using Key = std::pair<int64_t, int>;  // (step, micro)
 
   torch::Tensor to_device(const torch::Tensor& t) const;
-  // A tensor from outside (a batch, a register, a skip) on this stage's device, in its layout.
+  // A tensor from another partition (a register, a skip) on this stage's device, in the layout
+  // its sender gave it: the one the uncut network's next unit would see.
   torch::Tensor arrived(const torch::Tensor& t) const;
+  // The stage's main input: the batch (first stage) in this stage's layout, else as arrived().
+  torch::Tensor main_arrived(const torch::Tensor& t) const;
   torch::Tensor prepare_input(const torch::Tensor& input) const;
   // The input leaves of a forward; checks the number of skip inputs.
   void take_inputs(const StageTensors& input, Pending& p) const;

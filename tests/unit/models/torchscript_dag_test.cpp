@@ -119,6 +119,24 @@ TEST(TorchScriptDag, AListOfTensorsFromSplitJoinsThePiecesItWouldCross) {
                        "aten::split");
 }
 
+// A register hands on a tensor in the layout it has: the next layer computes on what it
+// computes on uncut, so the sequential schedule with a register trains as without. The fixture,
+// tests/fixtures/permuted_blocks.pt, is torch.jit.script (PyTorch 1.13) of ConvNeXt-like blocks
+// on 1x8x8 inputs, 3 classes: a 1x1 stem conv to 16 channels, then twice
+//   y = x.permute(0, 2, 3, 1); y = fc2(gelu(fc1(layer_norm(conv_dw7x7(x)...)))).permute(0, 3, 1, 2)
+//   x = y * gamma + x
+// (depthwise 7x7 conv, LayerNorm(16), Linear(16, 64), Linear(64, 16)), then a mean over the
+// pixels and Linear(16, 3). A register after the first block's fc2 (layer 4) carries its sum,
+// which has channels-last strides; made contiguous there, the next depthwise convolution
+// added in another order than uncut.
+TEST(TorchScriptDag, ATensorCrossesARegisterInTheLayoutItHas) {
+  const std::string file = STALEPIPE_SOURCE_DIR "/tests/fixtures/permuted_blocks.pt";
+  EXPECT_TRUE(test::all_equal(trained(file, {4}, ScheduleKind::kSequential, "emulated"),
+                              trained(file, {}, ScheduleKind::kSequential, "emulated")));
+  EXPECT_TRUE(test::all_equal(trained(file, {2, 4}, ScheduleKind::kStale, "threads"),
+                              trained(file, {2, 4}, ScheduleKind::kStale, "emulated")));
+}
+
 TEST(TorchScriptDag, AParameterTwoPiecesReadJoinsThem) {
   test::TempDir dir;
   torch::manual_seed(5);
