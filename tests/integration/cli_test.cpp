@@ -67,6 +67,8 @@ TEST(Cli, UsageErrorsExitTwo) {
   expect_one_line_error(run_cli(with(kSmallRun, {"--precision", "fp16"})), 2, "--precision 'fp16': expected fp32, tf32 or bf16");
   expect_one_line_error(run_cli(with(kSmallRun, {"--precision", "tf32"})), 2,
                         "--precision tf32: partition 1 runs on cpu, which has no TF32 (fp32 and bf16 run there)");
+  expect_one_line_error(run_cli(with(kSmallRun, {"--cudnn-benchmark"})), 2,
+                        "--cudnn-benchmark: partition 1 runs on cpu, which has no cuDNN");
 }
 
 TEST(Cli, DropoutAndLossErrorsNameTheFlag) {

@@ -44,6 +44,10 @@ TEST(Assemble, Tf32IsRefusedOnACpuPartitionNamingIt) {
   const std::string error = test::error_of<UsageError>(
       [&] { PipelineTrainer(models::make_model("lenet5", models::InputShape{}), options, 10); });
   EXPECT_EQ(error, "PipelineOptions::precision tf32: partition 1 runs on cpu, which has no TF32 (fp32 and bf16 run there)");
+  options.pipeline().precision(exec::Precision::kFp32).cudnn_benchmark(true);
+  EXPECT_EQ(test::error_of<UsageError>(
+                [&] { PipelineTrainer(models::make_model("lenet5", models::InputShape{}), options, 10); }),
+            "PipelineOptions::cudnn_benchmark: partition 1 runs on cpu, which has no cuDNN");
 }
 
 TEST(Assemble, Bf16ReachesEveryReplicasStages) {
