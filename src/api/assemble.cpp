@@ -79,12 +79,11 @@ Assembly plan_pipeline(models::Model& model, const Options& options, bool want_p
   if (a.devices.empty()) a.devices.assign(partitions, torch::kCPU);
   SP_CHECK_ARG(static_cast<int>(a.devices.size()) == partitions, field_name(Field::devices), " names ",
                a.devices.size(), " device(s) but the pipeline has ", partitions, " partitions");
-  for (int k = 0; k < partitions && o.precision() == exec::Precision::kTf32; ++k) {
-    SP_CHECK_ARG(a.devices[k].is_cuda(), field_name(Field::precision), " tf32: partition ", k + 1, " runs on ",
-                 a.devices[k].str(), ", which has no TF32 (fp32 and bf16 run there)");
-  }
-  for (int k = 0; k < partitions && o.cudnn_benchmark(); ++k) {
-    SP_CHECK_ARG(a.devices[k].is_cuda(), field_name(Field::cudnn_benchmark), ": partition ", k + 1, " runs on ",
+  for (int k = 0; k < partitions; ++k) {  // what only CUDA partitions have
+    if (a.devices[k].is_cuda()) continue;
+    SP_CHECK_ARG(o.precision() != exec::Precision::kTf32, field_name(Field::precision), " tf32: partition ", k + 1,
+                 " runs on ", a.devices[k].str(), ", which has no TF32 (fp32 and bf16 run there)");
+    SP_CHECK_ARG(!o.cudnn_benchmark(), field_name(Field::cudnn_benchmark), ": partition ", k + 1, " runs on ",
                  a.devices[k].str(), ", which has no cuDNN");
   }
   a.threads_per_worker.assign(partitions, threads_per_worker(o, partitions));

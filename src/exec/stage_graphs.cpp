@@ -59,9 +59,11 @@ void Stage::Graphs::Slot::take(const Pending& p, const torch::Tensor& y) {
   if (y.defined()) write(target, y);
 }
 
-void Stage::Graphs::check_warm(const char* what) const {
-  SP_CHECK(warm(), where, ": the ", what, " graph would be captured on a thread that ran no pass of the partition "
-           "eagerly in this segment");
+std::unique_ptr<detail::StepGraph> Stage::Graphs::make(detail::StepGraph* share_pool_of) const {
+  SP_CHECK(warm(), where, ": a graph would be captured on a thread that ran no pass of the partition eagerly in "
+           "this segment");
+  return settings.mode == GraphMode::kCuda ? detail::make_cuda_graph(where, share_pool_of)
+                                           : detail::make_replay_graph(where);
 }
 
 void Stage::Graphs::arm(const std::vector<torch::Tensor>& params) {
@@ -242,7 +244,6 @@ void Stage::capture_forward(int index) {
     return all;
   };
   results.fixed = [this, index] { return fixed_tensors(index); };
-  g.check_warm("forward");
   g.captured = true;  // the units were watched in the eager passes; the capture records none
   auto graph = g.make();
   graph->capture([this, &slot] { compute_forward(slot.step, slot.micro, slot.pending, slot.target, slot.loss_scale, slot.loss); },
@@ -267,7 +268,6 @@ StageTensors Stage::graphed_backward(Pending& p, const std::vector<torch::Tensor
   } else {
     // The forward's pool: a slot's backward always replays right after its forward, before
     // the slot's next forward.
-    graphs_->check_warm("backward");
     auto graph = graphs_->make(slot.forward.get());
     detail::GraphResults results;
     results.fixed = [this, index = p.slot] { return fixed_tensors(index); };
@@ -311,7 +311,6 @@ bool Stage::graphed_update(double lr, int delay) {
   }
   detail::GraphResults results;
   results.fixed = [this] { return fixed_tensors(-1); };
-  g.check_warm("update");
   auto graph = g.make();
   graph->capture([this] {
     optimizer_->step_on_device();

@@ -56,17 +56,13 @@ struct Stage::Graphs {
   std::unique_ptr<detail::StepGraph> update;
 
   bool warm() const { return warm_thread == std::this_thread::get_id(); }
-  // A capture's check that warm() holds.
-  void check_warm(const char* what) const;
 
   // Before the first capture: every parameter that had a gradient gets one that stays.
   void arm(const std::vector<torch::Tensor>& params);
 
-  // A graph in a memory pool of its own, or in `share_pool_of`'s (one replayed right before it).
-  std::unique_ptr<detail::StepGraph> make(detail::StepGraph* share_pool_of = nullptr) const {
-    return settings.mode == GraphMode::kCuda ? detail::make_cuda_graph(where, share_pool_of)
-                                             : detail::make_replay_graph(where);
-  }
+  // A graph to capture now, in a memory pool of its own or in `share_pool_of`'s (one replayed
+  // right before it). Throws unless warm().
+  std::unique_ptr<detail::StepGraph> make(detail::StepGraph* share_pool_of = nullptr) const;
 
   // A slot no forward in flight holds (slots grow to the forwards a stage keeps in flight).
   int free_slot(const std::map<Key, Pending>& in_flight) {

@@ -46,7 +46,7 @@ std::unique_ptr<StepGraph> make_cuda_graph(const std::string& what, StepGraph* s
 
 // Whether CUDA graphs' captures, replays and destructions take their process-wide lock
 // (step_graph.cpp says why they must); on by default. Off only for the negative control that
-// shows what the lock prevents (scripts/gpu-check.sh graphs). Returns the previous setting.
+// shows what the lock prevents (scripts/gpu-check.sh lock). Returns the previous setting.
 bool set_graph_lock_for_tests(bool on);
 
 // The CPU stand-in for tests (exec::GraphMode::kReplayForTests). capture() runs the body and

@@ -40,11 +40,12 @@ class StepClock {
   // `marks`: the most points a step marks. The caller keeps `device` current (a DeviceGuard)
   // while it marks.
   StepClock(const torch::Device& device, size_t marks) : cuda_(device.is_cuda()) {
-    SP_CHECK(!cuda_ || built_with_cuda_events(), "profile: timing on a GPU needs LibTorch with CUDA");
 #ifdef STALEPIPE_CUDA
     if (cuda_) {
       for (size_t i = 0; i < marks; ++i) events_.push_back(std::make_unique<at::cuda::CUDAEvent>(cudaEventDefault));
     }
+#else
+    SP_CHECK(!cuda_, "profile: timing on a GPU needs LibTorch with CUDA");
 #endif
     times_.reserve(marks);
   }
@@ -83,14 +84,6 @@ class StepClock {
   }
 
  private:
-  static bool built_with_cuda_events() {
-#ifdef STALEPIPE_CUDA
-    return true;
-#else
-    return false;
-#endif
-  }
-
   bool cuda_;
   size_t used_ = 0;
   std::vector<std::chrono::steady_clock::time_point> times_;
