@@ -55,6 +55,14 @@ torch::Tensor Stage::main_arrived(const torch::Tensor& t) const {
   return is_first() ? models::in_memory_format(to_device(t), memory_format_) : to_device(t);
 }
 
+namespace {
+
+// A leaf of a stage's graph, whose gradient backward() yields; one that has no gradient (a
+// number from a scripted forward, as a tensor of integers) only a leaf.
+torch::Tensor leaf(const torch::Tensor& t) { return t.detach().requires_grad_(t.is_floating_point()); }
+
+}  // namespace
+
 torch::Tensor Stage::prepare_input(const torch::Tensor& input) const {
   torch::Tensor x = main_arrived(input);
   if (is_first()) return x;
@@ -193,7 +201,7 @@ torch::Tensor Stage::forward_units(int64_t step, int micro, Pending& p) {
     // What they stashed becomes leaves too, whose gradients the recomputation continues from.
     for (auto& [name, value] : table) {
       if (value.requires_grad()) continue;  // a skip input they left for the later units
-      value = value.detach().requires_grad_(true);
+      value = leaf(value);
       p.head_stashes.emplace(name, value);
     }
   }
@@ -228,7 +236,7 @@ void Stage::take_inputs(const StageTensors& input, Pending& p) const {
            skip_inputs_.size(), " skip tensors, got ", input.skips.size());
   p.input = prepare_input(input.main);
   for (const torch::Tensor& skip : input.skips) {
-    p.skip_inputs.push_back(arrived(skip).detach().requires_grad_(true));
+    p.skip_inputs.push_back(leaf(arrived(skip)));
   }
 }
 
@@ -302,7 +310,10 @@ class LeafGradients {
       sum = before.defined() ? before + g : g;
       // .grad is not read any more: it gets g's own memory under the leaf's strides, which
       // AccumulateGrad keeps as it is instead of copying g.
-      return g.is_non_overlapping_and_dense() ? g.as_strided(g.sizes(), leaf.strides(), g.storage_offset()) : g;
+      // (A leaf that is a view of part of its storage, as a part of a split, keeps g as it is.)
+      return g.is_non_overlapping_and_dense() && leaf.is_non_overlapping_and_dense()
+                 ? g.as_strided(g.sizes(), leaf.strides(), g.storage_offset())
+                 : g;
     }));
   }
   // Leaf i's gradient (in watch order); undefined where none arrived.

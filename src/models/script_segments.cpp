@@ -29,14 +29,36 @@ c10::ClassTypePtr module_type(const Value* v) {
   return type && type->is_module() ? type : nullptr;
 }
 
+// Whether `use` only reads the list it is handed: an operator whose schema writes nothing of it
+// and returns no list that aliases it. A list handed to a branch, a loop or a call may be
+// written there under another name.
+bool reads_list_only(const torch::jit::Use& use) {
+  const c10::FunctionSchema* schema = use.user->maybeSchema();
+  if (!schema || use.offset >= schema->arguments().size()) return false;
+  const c10::AliasInfo* alias = schema->arguments()[use.offset].alias_info();
+  if (alias && alias->isWrite()) return false;
+  for (size_t i = 0; i < use.user->outputs().size() && i < schema->returns().size(); ++i) {
+    if (use.user->output(i)->type()->cast<c10::ListType>() && schema->returns()[i].alias_info()) return false;
+  }
+  return true;
+}
+
+// Whether nothing may write into a list: its elements may still be written (they are tensors
+// that cross registers as tensors do), the list itself not.
+bool only_read(const Value* list) {
+  const auto uses = list->uses();
+  return std::all_of(uses.begin(), uses.end(), reads_list_only);
+}
+
 // Values every piece may compute again instead of receiving: constants, and attributes read
-// from the module (submodules, parameters, flags), and lists of those.
+// from the module (submodules, parameters, flags), and tuples and unwritten lists of those. A
+// list that appends grow (DLA's children) is one object the pieces share: none makes its own.
 bool recomputable(const Value* v, const Value* self) {
   if (v == self) return true;
   const Node* node = v->node();
   if (node->kind() == c10::prim::Constant) return true;
   if (node->kind() == c10::prim::GetAttr) return recomputable(node->input(0), self);
-  if (node->kind() == c10::prim::ListConstruct || node->kind() == c10::prim::TupleConstruct) {
+  if ((node->kind() == c10::prim::ListConstruct && only_read(v)) || node->kind() == c10::prim::TupleConstruct) {
     return std::all_of(node->inputs().begin(), node->inputs().end(),
                        [&](const Value* in) { return recomputable(in, self); });
   }
@@ -251,6 +273,30 @@ void fold_settings(torch::jit::Block* block, const torch::jit::Module& script, c
   }
 }
 
+// `x is None` where x's type cannot hold None (a list handed to an optional argument, as DLA's
+// trees hand their children on): a constant once the call is inlined, so that the branch on it
+// folds and the list it picks is the caller's.
+void fold_none_checks(torch::jit::Block* block) {
+  for (auto it = block->nodes().begin(); it != block->nodes().end();) {
+    Node* node = *it++;
+    for (torch::jit::Block* inner : node->blocks()) fold_none_checks(inner);
+    const bool is = node->kind() == c10::aten::__is__;
+    if ((!is && node->kind() != c10::aten::__isnot__) || node->inputs().size() != 2) continue;
+    const auto none = [](const Value* v) { return v->type()->kind() == c10::TypeKind::NoneType; };
+    const auto never_none = [](const Value* v) {
+      const auto kind = v->type()->kind();
+      return kind != c10::TypeKind::NoneType && kind != c10::TypeKind::OptionalType && kind != c10::TypeKind::AnyType &&
+             kind != c10::TypeKind::UnionType;
+    };
+    if (!((none(node->input(0)) && never_none(node->input(1))) || (none(node->input(1)) && never_none(node->input(0))))) {
+      continue;
+    }
+    torch::jit::WithInsertPoint here(node);
+    node->output()->replaceAllUsesWith(block->owningGraph()->insertConstant(!is));
+    node->destroy();
+  }
+}
+
 // Drops the casts a type refinement left where the type is already known (DenseNet's layer takes
 // a Tensor or a list of them): each is an alias that would keep a list from being rebuilt.
 void drop_redundant_casts(torch::jit::Block* block) {
@@ -264,68 +310,127 @@ void drop_redundant_casts(torch::jit::Block* block) {
   }
 }
 
-// Whether a list made by `construct` is only read, or grown by appends in the forward's own block
-// whose results nothing uses.
-bool grown_by_appends_only(const Node* construct) {
-  const Value* list = construct->output();
-  for (const torch::jit::Use& use : list->uses()) {
-    const Node* user = use.user;
-    if (user->kind() == c10::aten::append) {
-      if (use.offset != 0 || user->owningBlock() != construct->owningBlock() || user->output()->hasUses()) return false;
-      continue;
-    }
-    const c10::FunctionSchema* schema = user->maybeSchema();
-    if (!schema || use.offset >= schema->arguments().size()) return false;
-    const c10::AliasInfo* alias = schema->arguments()[use.offset].alias_info();
-    if ((alias && alias->isWrite()) || user->outputs().size() != 1 || user->output()->type()->cast<c10::ListType>()) {
+// A write into a list that unrolling can follow: an append, or an assignment at an index known
+// when the forward is read (a loop over a ModuleList unrolled: HRNet's `x[i] = branch(x[i])`),
+// in the list's own block, whose result nothing uses.
+bool followable_write(const torch::jit::Use& use, const Node* construct) {
+  const Node* user = use.user;
+  if (use.offset != 0 || user->owningBlock() != construct->owningBlock() || user->output()->hasUses()) return false;
+  if (user->kind() == c10::aten::append) return true;
+  return user->kind() == c10::aten::_set_item && torch::jit::toIValue(user->input(1)).has_value();
+}
+
+// The index an assignment writes, in [0, length); nullopt where it is outside.
+std::optional<int64_t> set_index(const Node* set, size_t length) {
+  int64_t index = torch::jit::toIValue(set->input(1))->toInt();
+  if (index < 0) index += static_cast<int64_t>(length);
+  if (index < 0 || index >= static_cast<int64_t>(length)) return std::nullopt;
+  return index;
+}
+
+// Whether a list made by `construct` is only read (into a list of its own at most, as `a + b`
+// makes) and written only where unrolling can follow.
+bool writes_followable(const Node* construct) {
+  std::vector<const Node*> writes;
+  for (const torch::jit::Use& use : construct->output()->uses()) {
+    if (reads_list_only(use)) continue;
+    if (!followable_write(use, construct)) return false;
+    writes.push_back(use.user);
+  }
+  std::sort(writes.begin(), writes.end(), [](const Node* a, const Node* b) { return a->isBefore(b); });
+  size_t length = construct->inputs().size();
+  for (const Node* write : writes) {
+    if (write->kind() == c10::aten::append) {
+      ++length;
+    } else if (!set_index(write, length)) {
       return false;
     }
   }
   return true;
 }
 
-// A list of tensors grown by appends (DenseNet's `features.append(new_features)`) becomes one
-// list construction per state, each read reading the state it sees, so that a piece can build
-// the list it reads from the tensors it receives.
-void unroll_list_appends(torch::jit::Block* block) {
+// A list of tensors grown by appends (DenseNet's `features.append(new_features)`) or assigned
+// into becomes one list construction per state, each read reading the state it sees, so that a
+// piece can build the list it reads from the tensors it receives.
+void unroll_list_writes(torch::jit::Block* block) {
   for (Node* node : block->nodes()) {
-    if (node->kind() != c10::prim::ListConstruct || !grown_by_appends_only(node)) continue;
+    if (node->kind() != c10::prim::ListConstruct || !writes_followable(node)) continue;
     Value* current = node->output();
     for (Node* next = node->next(); next != block->return_node(); next = next->next()) {
-      if (next->kind() != c10::aten::append || next->input(0) != current) continue;
+      const bool append = next->kind() == c10::aten::append;
+      if ((!append && next->kind() != c10::aten::_set_item) || next->input(0) != current) continue;
       std::vector<Value*> elements(current->node()->inputs().begin(), current->node()->inputs().end());
-      elements.push_back(next->input(1));
+      if (append) {
+        elements.push_back(next->input(1));
+      } else {
+        elements[static_cast<size_t>(*set_index(next, elements.size()))] = next->input(2);
+      }
       const auto element_type = current->type()->expectRef<c10::ListType>().getElementType();
-      Node* grown = block->owningGraph()->createList(element_type, elements)->insertAfter(next);
+      Node* state = block->owningGraph()->createList(element_type, elements)->insertAfter(next);
       const std::vector<torch::jit::Use> uses = current->uses();
       for (const torch::jit::Use& use : uses) {
-        if (use.user != next && !use.user->isBefore(next)) use.user->replaceInput(use.offset, grown->output());
+        if (use.user != next && !use.user->isBefore(next)) use.user->replaceInput(use.offset, state->output());
       }
       next->destroy();
-      current = grown->output();
-      next = grown;
+      current = state->output();
+      next = state;
     }
   }
+}
+
+// A module picked from a ModuleList or ModuleDict by an index that folding made a constant
+// (`self.blocks[i + 1]` in a loop over another list, as HRNet's head does) becomes that module
+// itself, so that its call is inlined and cut as a direct call is. Returns whether any was.
+bool pick_indexed_modules(torch::jit::Block* block, const torch::jit::Module& script, const Value* self) {
+  bool picked = false;
+  for (auto it = block->nodes().begin(); it != block->nodes().end();) {
+    Node* node = *it++;
+    for (torch::jit::Block* inner : node->blocks()) picked |= pick_indexed_modules(inner, script, self);
+    if (node->kind() != c10::prim::ModuleContainerIndex) continue;
+    const auto path = attribute_path(node->input(0), self);
+    const auto index = torch::jit::toIValue(node->input(1));
+    if (!path || !index || !(index->isInt() || index->isString())) continue;
+    const torch::jit::Module container = submodule(script, *path);
+    std::string name;
+    if (index->isInt()) {
+      const int64_t count = static_cast<int64_t>(container.named_children().size());
+      const int64_t i = index->toInt() < 0 ? index->toInt() + count : index->toInt();
+      if (i < 0 || i >= count) continue;  // the forward's own IndexError, when it runs
+      name = std::to_string(i);
+    } else {
+      name = index->toStringRef();
+    }
+    if (!container.hasattr(name)) continue;
+    torch::jit::WithInsertPoint here(node);
+    node->output()->replaceAllUsesWith(block->owningGraph()->insertGetAttr(node->input(0), name));
+    node->destroy();
+    picked = true;
+  }
+  return picked;
 }
 
 // The forward's graph as the cutter reads it: every call but those of weight layers inlined,
 // settings folded (with the code they rule out), every random draw from the unit generator.
 std::shared_ptr<Graph> cuttable_forward(const torch::jit::Module& script, const std::string& file) {
   auto graph = script.get_method("forward").graph()->copy();
-  inline_calls(graph->block(), file);
-  std::set<std::string> assigned;
-  assigned_attributes(graph->block(), graph->inputs()[0], assigned);
-  fold_settings(graph->block(), script, graph->inputs()[0], assigned);
-  try {
-    torch::jit::ConstantPropagation(graph);
-    torch::jit::EliminateDeadCode(graph);
-    // Once the settings' branches are gone, a list's appends are in the forward's own block.
-    drop_redundant_casts(graph->block());
-    unroll_list_appends(graph->block());
-    torch::jit::EliminateDeadCode(graph);
-  } catch (const c10::Error& e) {
-    throw UsageError(c10::str(file, ": the forward's constants cannot be folded: ", e.what_without_backtrace()));
-  }
+  Value* self = graph->inputs()[0];
+  do {  // until no container is indexed by a number that folding made known
+    inline_calls(graph->block(), file);
+    std::set<std::string> assigned;
+    assigned_attributes(graph->block(), self, assigned);
+    fold_settings(graph->block(), script, self, assigned);
+    fold_none_checks(graph->block());
+    try {
+      torch::jit::ConstantPropagation(graph);
+      torch::jit::EliminateDeadCode(graph);
+    } catch (const c10::Error& e) {
+      throw UsageError(c10::str(file, ": the forward's constants cannot be folded: ", e.what_without_backtrace()));
+    }
+  } while (pick_indexed_modules(graph->block(), script, self));
+  // Once the settings' branches are gone, a list's writes are in the forward's own block.
+  drop_redundant_casts(graph->block());
+  unroll_list_writes(graph->block());
+  torch::jit::EliminateDeadCode(graph);
   make_draws_exact(*graph, file);
   return graph;
 }
@@ -340,10 +445,59 @@ struct Piece {
   std::string joined;  // why it holds pieces that could have been cut apart; empty: none
 };
 
+bool is_tensor_list(const c10::TypePtr& type) {
+  const auto list = type->cast<c10::ListType>();
+  return list && list->getElementType()->kind() == c10::TypeKind::TensorType;
+}
+
+// The lengths of the lists of tensors that the forward's own block gets from operators (split,
+// chunk, unbind: lengths that shapes decide), from two runs of a copy of the network in evaluation mode, on samples of
+// `input`'s shape with 2 and with 3 of them: a list whose length is the same in both may cross
+// a register as its tensors. Empty where the runs fail (the lists then keep their pieces together).
+std::map<const Value*, size_t> list_lengths(const torch::jit::Module& script, Graph& whole, const InputShape& input) {
+  std::vector<Value*> lists;
+  for (Node* node : whole.nodes()) {
+    // Not a list a branch or loop picks, whose length may change with the data.
+    if (!node->maybeSchema() || !node->blocks().empty() || node->outputs().size() != 1) continue;
+    if (is_tensor_list(node->output()->type()) && only_read(node->output())) lists.push_back(node->output());
+  }
+  if (lists.empty()) return {};
+  auto probe = std::make_shared<Graph>();
+  std::map<Value*, Value*> map;
+  map[whole.inputs()[0]] = probe->addInput()->copyMetadata(whole.inputs()[0]);
+  map[whole.inputs()[1]] = probe->addInput("x");
+  for (Node* node : whole.nodes()) {
+    Node* copy = probe->insertNode(probe->createClone(node, [&](Value* v) { return map.at(v); }));
+    for (size_t i = 0; i < node->outputs().size(); ++i) map[node->output(i)] = copy->output(i);
+  }
+  std::vector<Value*> lengths;
+  for (Value* list : lists) lengths.push_back(probe->insert(c10::aten::len, {map.at(list)}));
+  probe->registerOutput(probe->insertNode(probe->createTuple(lengths))->output());
+  torch::jit::GraphFunction run("probe", probe, nullptr);
+  std::vector<std::vector<c10::IValue>> seen;
+  try {
+    torch::jit::Module copy = script.deepcopy();
+    copy.eval();
+    torch::NoGradGuard no_grad;
+    for (int64_t samples : {2, 3}) {
+      seen.push_back(run({copy._ivalue(), torch::zeros({samples, input.channels, input.height, input.width})})
+                         .toTupleRef().elements().vec());
+    }
+  } catch (const std::exception&) {
+    return {};
+  }
+  std::map<const Value*, size_t> out;
+  for (size_t i = 0; i < lists.size(); ++i) {
+    if (seen[0][i].toInt() == seen[1][i].toInt()) out[lists[i]] = static_cast<size_t>(seen[0][i].toInt());
+  }
+  return out;
+}
+
 class Segmenter {
  public:
-  Segmenter(const torch::jit::Module& script, std::shared_ptr<Graph> graph, std::string file)
-      : script_(script), graph_(std::move(graph)), file_(std::move(file)), aliases_(graph_) {
+  Segmenter(const torch::jit::Module& script, std::shared_ptr<Graph> graph, std::string file,
+            std::map<const Value*, size_t> list_lengths)
+      : script_(script), graph_(std::move(graph)), file_(std::move(file)), list_lengths_(std::move(list_lengths)) {
     self_ = graph_->inputs()[0];
     std::set<std::string> assigned;
     assigned_attributes(graph_->block(), self_, assigned);
@@ -352,6 +506,18 @@ class Segmenter {
                  " inputs; a network stalepipe trains takes one tensor");
     SP_CHECK_ARG(graph_->outputs().size() == 1 && graph_->outputs()[0]->type()->kind() == c10::TypeKind::TensorType,
                  file_, ": forward returns ", graph_->outputs()[0]->type()->str(), "; it must return one tensor");
+  }
+
+  // How many tensors `v` crosses a register as: 1 for a tensor or a number or bool (as a tensor
+  // of no dimensions), a list's length for a list of tensors of a known length; 0 for what cannot.
+  size_t tensors_crossing(const Value* v) const {
+    const auto kind = v->type()->kind();
+    if (kind == c10::TypeKind::TensorType || kind == c10::TypeKind::IntType || kind == c10::TypeKind::FloatType ||
+        kind == c10::TypeKind::BoolType) {
+      return 1;
+    }
+    const auto length = list_lengths_.find(v);
+    return length == list_lengths_.end() ? 0 : length->second;
   }
 
   std::vector<Piece> cut() {
@@ -410,20 +576,22 @@ class Segmenter {
       const int count = static_cast<int>(layers.size()) + container_layers(node, container);
       if (count > 0 && pieces_.back().weight_layers > 0) pieces_.emplace_back();
       deferred.push_back(node);
-      for (Node* n : deferred) {
-        pieces_.back().nodes.push_back(n);
-        for (Value* out : n->outputs()) piece_of_[out] = static_cast<int>(pieces_.size()) - 1;
-      }
-      deferred.clear();
+      place(deferred);
       if (count > 0 && pieces_.back().weight_layers == 0) {
         pieces_.back().first_layer = layers.empty() ? container : layer_path(layers.front(), self_);
       }
       pieces_.back().weight_layers += count;
     }
-    for (Node* n : deferred) {  // checks after the last node that reads the input
+    place(deferred);  // checks after the last node that reads the input
+  }
+
+  // `nodes`, in order, into the last piece; empties it.
+  void place(std::vector<Node*>& nodes) {
+    for (Node* n : nodes) {
       pieces_.back().nodes.push_back(n);
       for (Value* out : n->outputs()) piece_of_[out] = static_cast<int>(pieces_.size()) - 1;
     }
+    nodes.clear();
   }
 
   // The weight layers of the module containers a node (and the blocks in it) indexes with a
@@ -450,11 +618,11 @@ class Segmenter {
     return it == piece_of_.end() ? -2 : it->second;  // -2: recomputable
   }
 
-  // A list or tuple construction that nothing writes into: a piece that reads it builds it again
-  // from its elements, which are what crosses the registers.
+  // A tuple, or a list that nothing writes into: a piece that reads it builds it again from its
+  // elements, which are what crosses the registers.
   bool rebuildable(const Value* v) const {
     const auto kind = v->node()->kind();
-    return (kind == c10::prim::ListConstruct || kind == c10::prim::TupleConstruct) && !aliases_.hasWriters(v);
+    return kind == c10::prim::TupleConstruct || (kind == c10::prim::ListConstruct && only_read(v));
   }
 
   void add_read(Value* v, std::vector<Value*>& out) const {
@@ -505,7 +673,9 @@ class Segmenter {
   void merge_pieces_the_next_does_not_continue() {
     for (size_t p = 1; p < pieces_.size();) {
       const auto in = reads(p);
-      const bool continues = std::any_of(in.begin(), in.end(), [&](Value* v) { return producer(v) == static_cast<int>(p) - 1; });
+      const bool continues = std::any_of(in.begin(), in.end(), [&](Value* v) {
+        return producer(v) == static_cast<int>(p) - 1 && v->type()->kind() == c10::TypeKind::TensorType;
+      });
       if (continues) {
         ++p;
         continue;
@@ -514,16 +684,17 @@ class Segmenter {
     }
   }
 
-  // Only tensors cross a register: a piece that reads anything else from an earlier piece (a
-  // list from split, an int from a shape, a module picked from a list) is one unit with every
-  // piece from that one on.
+  // Only tensors cross a register, and what becomes tensors there (numbers, bools, lists of
+  // tensors of a known length): a piece that reads anything else from an earlier piece (a list whose length
+  // changes with the batch, a module picked from a list by a number known only when the forward
+  // runs) is one unit with every piece from that one on.
   void merge_where_other_values_cross() {
     for (size_t p = 1; p < pieces_.size();) {
       int first = -1;
       const Value* why = nullptr;
       for (Value* v : reads(p)) {
         const int from = producer(v);
-        if (from < 0 || v->type()->kind() == c10::TypeKind::TensorType) continue;
+        if (from < 0 || tensors_crossing(v) > 0) continue;
         if (first < 0 || from < first) {
           first = from;
           why = v;
@@ -555,9 +726,10 @@ class Segmenter {
     for (size_t p = 0; p < pieces_.size(); ++p) {
       for (Value* v : reads(p)) {
         const int from = producer(v);
-        SP_CHECK(v->type()->kind() == c10::TypeKind::TensorType, file_, ": ", script_node_place(*v->node()),
-                 " makes a ", v->type()->str(), " that crosses between pieces");  // merged: never
-        if (p > 0 && !pieces_[p].main_in && from == static_cast<int>(p) - 1) {
+        SP_CHECK(tensors_crossing(v) > 0, file_, ": ", script_node_place(*v->node()), " makes a ", v->type()->str(),
+                 " that crosses between pieces");  // merged: never
+        if (p > 0 && !pieces_[p].main_in && from == static_cast<int>(p) - 1 &&
+            v->type()->kind() == c10::TypeKind::TensorType) {
           pieces_[p].main_in = v;
           pieces_[p - 1].main_out = v;
           holder[v] = static_cast<int>(p);
@@ -578,11 +750,11 @@ class Segmenter {
   torch::jit::Module script_;
   std::shared_ptr<Graph> graph_;
   std::string file_;
-  torch::jit::AliasDb aliases_;
   std::set<std::string> counted_containers_;
   bool assigns_attributes_ = false;
   std::set<const Value*> module_values_;  // computed from the module alone (split_at_weight_layers)
   Value* self_ = nullptr;
+  std::map<const Value*, size_t> list_lengths_;
   std::vector<Piece> pieces_;
   std::map<Value*, int> piece_of_;
   int skips_ = 0;
@@ -642,8 +814,45 @@ std::vector<ScriptTensor> piece_tensors(const torch::jit::Module& script, const 
   return out;
 }
 
-// The graph of one piece: (self, main, popped...) -> (output, stashed...).
-std::shared_ptr<Graph> piece_graph(Graph& whole, const Piece& piece) {
+// The names of the tensors `value` crosses a register as, under the skip name `name`: a list's
+// elements get one each.
+std::vector<std::string> crossing_names(const std::string& name, const Value* value, size_t count) {
+  if (!is_tensor_list(value->type())) return {name};
+  std::vector<std::string> names;
+  for (size_t i = 0; i < count; ++i) names.push_back(c10::str(name, "_", i));
+  return names;
+}
+
+// A value a piece receives, from the tensors it crosses as (inputs of `graph`).
+Value* receive(Graph& graph, const Value* value, const std::vector<std::string>& names) {
+  std::vector<Value*> tensors;
+  for (const std::string& name : names) tensors.push_back(graph.addInput(name));
+  switch (value->type()->kind()) {
+    case c10::TypeKind::TensorType: return tensors[0];
+    case c10::TypeKind::IntType: return graph.insert(c10::aten::Int, {tensors[0]});
+    case c10::TypeKind::FloatType: return graph.insert(c10::aten::Float, {tensors[0]});
+    case c10::TypeKind::BoolType: return graph.insert(c10::aten::Bool, {graph.insert(c10::aten::Int, {tensors[0]})});
+    default: return graph.insertNode(graph.createList(c10::TensorType::get(), tensors))->output();
+  }
+}
+
+// A value a piece hands on (`sent`, in `graph`), as the tensors it crosses a register as.
+void send(Graph& graph, const Value* value, Value* sent, size_t count, std::vector<Value*>& out) {
+  switch (value->type()->kind()) {
+    case c10::TypeKind::TensorType: out.push_back(sent); return;
+    case c10::TypeKind::IntType:
+    case c10::TypeKind::FloatType: out.push_back(graph.insert(c10::prim::NumToTensor, {sent})); return;
+    case c10::TypeKind::BoolType:  // as an integer: a tensor of bools crosses no process group
+      out.push_back(graph.insert(c10::prim::NumToTensor, {graph.insert(c10::aten::Int, {sent})}));
+      return;
+    default:
+      for (Value* element : graph.insertNode(graph.createListUnpack(sent, count))->outputs()) out.push_back(element);
+  }
+}
+
+// The graph of one piece: (self, main, popped...) -> (output, stashed...), with what crosses
+// registers as tensors (`count`: how many, Segmenter::tensors_crossing).
+std::shared_ptr<Graph> piece_graph(Graph& whole, const Piece& piece, const std::function<size_t(const Value*)>& count) {
   auto graph = std::make_shared<Graph>();
   std::map<Value*, Value*> map;
   Value* self = whole.inputs()[0];
@@ -651,7 +860,7 @@ std::shared_ptr<Graph> piece_graph(Graph& whole, const Piece& piece) {
   // LibTorch does not export. Inputs are tensors unless typed otherwise.
   map[self] = graph->addInput()->copyMetadata(self);
   map[piece.main_in] = graph->addInput("x");
-  for (const auto& [name, v] : piece.pops) map[v] = graph->addInput(name);
+  for (const auto& [name, v] : piece.pops) map[v] = receive(*graph, v, crossing_names(name, v, count(v)));
   std::function<Value*(Value*)> value_of = [&](Value* v) -> Value* {
     if (const auto it = map.find(v); it != map.end()) return it->second;
     Node* copy = graph->insertNode(graph->createClone(v->node(), value_of));  // recomputable, or a list rebuilt
@@ -664,7 +873,7 @@ std::shared_ptr<Graph> piece_graph(Graph& whole, const Piece& piece) {
   }
   // A function returns one value: the tensors as a tuple.
   std::vector<Value*> outputs = {value_of(piece.main_out)};
-  for (const auto& [name, v] : piece.stashes) outputs.push_back(value_of(v));
+  for (const auto& [name, v] : piece.stashes) send(*graph, v, value_of(v), count(v), outputs);
   graph->registerOutput(graph->insertNode(graph->createTuple(outputs))->output());
   return graph;
 }
@@ -696,7 +905,11 @@ std::vector<torch::Tensor> ScriptSegmentImpl::forward(std::vector<torch::Tensor>
   // A piece that writes into a tensor it was handed gets a copy (a register's leaf, a skip).
   for (size_t i : written_) inputs[i] = inputs[i].clone();
   shapes_.clear();
-  for (const auto& t : inputs) shapes_.push_back(t.sizes().vec());
+  numbers_.clear();
+  for (const auto& t : inputs) {
+    shapes_.push_back(t.sizes().vec());
+    numbers_.push_back(t.dim() == 0 ? t.detach().clone() : torch::Tensor());
+  }
   torch::jit::Stack stack = {script_._ivalue()};
   for (auto& t : inputs) stack.emplace_back(std::move(t));
   try {
@@ -723,17 +936,25 @@ double ScriptSegmentImpl::forward_flops(const std::vector<int64_t>& input_shape)
   auto options = torch::TensorOptions(torch::kFloat);
   const auto params = parameters();
   if (!params.empty()) options = options.dtype(params.front().dtype()).device(params.front().device());
+  // The batch the numbers were computed for (a batch size read from a shape, say).
+  const int64_t batch = shapes_[0].empty() ? 1 : shapes_[0][0];
   for (size_t i = 0; i < shapes_.size(); ++i) {
-    std::vector<int64_t> sizes = {1};
+    if (numbers_[i].defined()) {
+      zeros.push_back(numbers_[i]);
+      continue;
+    }
+    std::vector<int64_t> sizes = {batch};
     const auto& sample = i == 0 ? input_shape : std::vector<int64_t>(shapes_[i].begin() + 1, shapes_[i].end());
     sizes.insert(sizes.end(), sample.begin(), sample.end());
     zeros.push_back(torch::zeros(sizes, options));
   }
   auto* self = const_cast<ScriptSegmentImpl*>(this);
   const auto shapes = shapes_;
+  const auto numbers = numbers_;
   const double flops = profiled_flops([&] { self->forward(zeros); });
   self->shapes_ = shapes;
-  return flops;
+  self->numbers_ = numbers;
+  return flops / static_cast<double>(batch);
 }
 
 namespace {
@@ -748,15 +969,15 @@ struct PieceGraph {
 std::optional<std::vector<PieceGraph>> piece_graphs(const torch::jit::Module& script, Graph& whole,
                                                     Segmenter& segmenter, std::vector<Piece>& pieces) {
   std::vector<PieceGraph> out;
-  std::map<const void*, std::pair<std::string, size_t>> reader;  // TensorImpl -> (path, piece)
+  std::map<const void*, size_t> reader;  // TensorImpl -> the first piece that reads it
   for (size_t p = 0; p < pieces.size(); ++p) {
-    PieceGraph piece{piece_graph(whole, pieces[p]), {}};
+    PieceGraph piece{piece_graph(whole, pieces[p], [&](const Value* v) { return segmenter.tensors_crossing(v); }), {}};
     collect_uses(piece.graph->block(), piece.graph->inputs()[0], piece.uses);
     for (const ScriptTensor& t : piece_tensors(script, piece.uses)) {
-      const auto [it, fresh] = reader.emplace(t.tensor.unsafeGetTensorImpl(), std::make_pair(t.path, p));
-      if (fresh || it->second.second == p) continue;
-      pieces = segmenter.join(it->second.second, p, c10::str(t.parameter ? "parameter " : "buffer ", t.path,
-                                                             " is read on both sides"));
+      const auto [it, fresh] = reader.emplace(t.tensor.unsafeGetTensorImpl(), p);
+      if (fresh || it->second == p) continue;
+      pieces = segmenter.join(it->second, p,
+                              c10::str(t.parameter ? "parameter " : "buffer ", t.path, " is read on both sides"));
       return std::nullopt;
     }
     out.push_back(std::move(piece));
@@ -766,9 +987,10 @@ std::optional<std::vector<PieceGraph>> piece_graphs(const torch::jit::Module& sc
 
 }  // namespace
 
-std::vector<ScriptPiece> cut_script_forward(const torch::jit::Module& script, const std::string& file) {
+std::vector<ScriptPiece> cut_script_forward(const torch::jit::Module& script, const std::string& file,
+                                           const InputShape& input) {
   const auto graph = cuttable_forward(script, file);
-  Segmenter segmenter(script, graph, file);
+  Segmenter segmenter(script, graph, file, list_lengths(script, *graph, input));
   std::vector<Piece> pieces = segmenter.cut();
   std::optional<std::vector<PieceGraph>> graphs;
   while (!(graphs = piece_graphs(script, *graph, segmenter, pieces))) {
@@ -779,8 +1001,14 @@ std::vector<ScriptPiece> cut_script_forward(const torch::jit::Module& script, co
     unit.name = pieces[p].first_layer.empty() ? c10::str("piece", p + 1) : flat_name(pieces[p].first_layer);
     unit.weight_layers = pieces[p].weight_layers;
     unit.joined = pieces[p].joined;
-    for (const auto& [skip, v] : pieces[p].pops) unit.skips.pops.push_back(skip);
-    for (const auto& [skip, v] : pieces[p].stashes) unit.skips.stashes.push_back(skip);
+    for (const auto& [skip, v] : pieces[p].pops) {
+      for (std::string& name : crossing_names(skip, v, segmenter.tensors_crossing(v))) unit.skips.pops.push_back(name);
+    }
+    for (const auto& [skip, v] : pieces[p].stashes) {
+      for (std::string& name : crossing_names(skip, v, segmenter.tensors_crossing(v))) {
+        unit.skips.stashes.push_back(name);
+      }
+    }
     const PieceGraph& piece = (*graphs)[p];
     unit.module = unit.skips.empty() ? torch::nn::AnyModule(ScriptChainSegment(script, piece.graph, piece.uses, unit.name))
                                      : torch::nn::AnyModule(ScriptSegment(script, piece.graph, piece.uses, unit.name));

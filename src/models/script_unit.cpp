@@ -95,48 +95,66 @@ Product product_of(const char* name) {
 struct CountedOp final : at::ObserverContext {
   Product product = Product::kNone;
   bool outermost = false;
+  double per_output = 0;  // multiply-adds per output element
+  double fixed = 0;       // or in all, known from the inputs
 };
+
+// Multiply-adds of a counted operation, from its inputs as it starts (the interpreter reuses
+// their stack slots for the outputs): each output element of a convolution takes
+// weight.numel() / weight.size(0) of them (C_in/groups x kernel), each input element of a
+// transposed one as many; each output element of a matrix product the contracted length.
+void count_inputs(const at::RecordFunction& fn, CountedOp& op) {
+  const auto inputs = fn.inputs();
+  // The interpreter may show stack slots before the operation's own arguments: they end the
+  // inputs.
+  size_t first = 0;
+  if (const auto schema = fn.operator_schema(); schema && inputs.size() > schema->arguments().size()) {
+    first = inputs.size() - schema->arguments().size();
+  }
+  auto argument = [&](size_t i) { return first + i < inputs.size() ? inputs[first + i] : c10::IValue(); };
+  auto tensor = [&](size_t i) { return argument(i).isTensor() ? argument(i).toTensor() : at::Tensor(); };
+  if (op.product == Product::kConvolution) {
+    const auto weight = tensor(1);
+    if (!weight.defined() || weight.dim() == 0) return;
+    const double per_element = static_cast<double>(weight.numel() / weight.size(0));
+    const bool transposed = argument(6).isBool() && argument(6).toBool();
+    if (transposed) {
+      op.fixed = per_element * static_cast<double>(tensor(0).numel());
+    } else {
+      op.per_output = per_element;
+    }
+    return;
+  }
+  if (op.product == Product::kLinear) {
+    const auto weight = tensor(1);
+    if (weight.defined() && weight.dim() == 2) op.per_output = static_cast<double>(weight.size(1));
+    return;
+  }
+  // The first matrix operand: mm/matmul/bmm/mv (a, b), the add forms (c, a, b).
+  const std::string name = fn.name();
+  const auto a = tensor(name.rfind("aten::add", 0) == 0 || name == "aten::baddbmm" ? 1 : 0);
+  if (!a.defined() || a.dim() == 0) return;
+  op.per_output = static_cast<double>(a.size(-1)) * static_cast<double>(name == "aten::addbmm" ? a.size(0) : 1);
+}
 
 std::unique_ptr<at::ObserverContext> on_op_start(const at::RecordFunction& fn) {
   auto op = std::make_unique<CountedOp>();
   op->product = product_of(fn.name());
-  if (flop_count && op->product != Product::kNone) op->outermost = flop_count->depth++ == 0;
+  if (flop_count && op->product != Product::kNone) {
+    op->outermost = flop_count->depth++ == 0;
+    if (op->outermost) count_inputs(fn, *op);
+  }
   return op;
-}
-
-// Multiply-adds of one counted operation: each output element of a convolution takes
-// weight.numel() / weight.size(0) of them (C_in/groups x kernel), each input element of a
-// transposed one as many; each output element of a matrix product the contracted length.
-double multiply_adds(Product product, const at::RecordFunction& fn) {
-  const auto inputs = fn.inputs();
-  const auto outputs = fn.outputs();
-  if (outputs.empty() || !outputs[0].isTensor()) return 0;
-  const auto out = outputs[0].toTensor();
-  auto tensor = [&](size_t i) { return i < inputs.size() && inputs[i].isTensor() ? inputs[i].toTensor() : at::Tensor(); };
-  if (product == Product::kConvolution) {
-    const auto weight = tensor(1);
-    if (!weight.defined() || weight.dim() == 0) return 0;
-    const bool transposed = inputs.size() > 6 && inputs[6].isBool() && inputs[6].toBool();
-    const double per_element = static_cast<double>(weight.numel() / weight.size(0));
-    return per_element * static_cast<double>(transposed ? tensor(0).numel() : out.numel());
-  }
-  if (product == Product::kLinear) {
-    const auto weight = tensor(1);
-    return weight.defined() && weight.dim() == 2 ? static_cast<double>(out.numel() * weight.size(1)) : 0;
-  }
-  // The first matrix operand: mm/matmul/bmm/mv (a, b), the add forms (c, a, b).
-  const std::string op = fn.name();
-  const auto a = tensor(op.rfind("aten::add", 0) == 0 || op == "aten::baddbmm" ? 1 : 0);
-  if (!a.defined() || a.dim() == 0) return 0;
-  const double k = static_cast<double>(a.size(-1));
-  return k * static_cast<double>(op == "aten::addbmm" ? out.numel() * a.size(0) : out.numel());
 }
 
 void on_op_end(const at::RecordFunction& fn, at::ObserverContext* context) {
   const auto* op = static_cast<const CountedOp*>(context);
   if (!flop_count || !op || op->product == Product::kNone) return;
   --flop_count->depth;
-  if (op->outermost) flop_count->flops += 2 * multiply_adds(op->product, fn);
+  if (!op->outermost) return;
+  const auto outputs = fn.outputs();
+  const double out = !outputs.empty() && outputs[0].isTensor() ? static_cast<double>(outputs[0].toTensor().numel()) : 0;
+  flop_count->flops += 2 * (op->fixed + op->per_output * out);
 }
 
 // The inlined forward graph of `module` (calls of submodules' methods replaced by their code);

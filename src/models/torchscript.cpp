@@ -242,7 +242,7 @@ bool forward_is_children_in_order(const torch::jit::Module& script) {
 Model load_pieces(const torch::jit::Module& script, const std::string& path, const InputShape& input) {
   std::vector<detail::ScriptPiece> pieces;
   try {
-    pieces = detail::cut_script_forward(script, path);
+    pieces = detail::cut_script_forward(script, path, input);
   } catch (const c10::Error& e) {  // LibTorch's own checks, in one line
     throw UsageError(c10::str(path, ": the forward cannot be cut into pieces: ", detail::script_error_cause(e)));
   }

@@ -16,6 +16,7 @@
 
 #include "stalepipe/models/blocks.h"
 #include "stalepipe/models/dropout.h"
+#include "stalepipe/models/model.h"
 #include "stalepipe/models/unit.h"
 
 namespace stalepipe::models::detail {
@@ -64,7 +65,8 @@ class ScriptSegmentImpl : public torch::nn::Module, public FlopCounted, public R
                     const std::string& name);
   std::vector<torch::Tensor> forward(std::vector<torch::Tensor> inputs);
   void train(bool on = true) override;
-  // As ScriptUnit counts them, with the other inputs shaped as the last forward's.
+  // As ScriptUnit counts them, per sample: at the last forward's batch size, with the other
+  // inputs shaped as that forward's and the numbers it was handed.
   double forward_flops(const std::vector<int64_t>& input_shape) const override;
   bool draws_random_numbers() const override { return draws_; }
 
@@ -75,6 +77,7 @@ class ScriptSegmentImpl : public torch::nn::Module, public FlopCounted, public R
   std::vector<torch::jit::Module> flagged_;  // modules whose training flag it reads
   std::vector<size_t> written_;              // inputs its graph writes into
   std::vector<std::vector<int64_t>> shapes_;  // of the last forward's inputs
+  std::vector<torch::Tensor> numbers_;        // its inputs of no dimensions (else undefined)
   bool draws_ = false;
 };
 TORCH_MODULE(ScriptSegment);
@@ -100,14 +103,16 @@ struct ScriptPiece {
 // constants and fold away the branches they rule out; random draws are made exact
 // (make_draws_exact). A unit starts at each weight layer (a call of one, or a convolution or
 // linear map called on a weight made from the module's tensors, with what makes that weight)
-// where the unit before hands it a tensor; branches and loops stay inside one unit. Where
-// anything but tensors would cross from one unit to a later one, or two units would read one
-// parameter or buffer, the units between are one (ScriptPiece::joined says why). Each tensor a
-// unit reads from a unit before the previous one, or besides the one it continues from, becomes
-// a skip tensor. A parameter or buffer belongs to the unit that reads it or calls its layer.
+// where the unit before hands it a tensor; branches and loops stay inside one unit. Numbers
+// cross as tensors of no dimensions, lists of tensors whose length samples of `input`'s shape
+// show fixed as their tensors. Where anything else would cross from one unit to a later one,
+// or two units would read one parameter or buffer, the units between are one
+// (ScriptPiece::joined says why). Each tensor a unit reads from a unit before the previous one,
+// or besides the one it continues from, becomes a skip tensor. A parameter or buffer belongs to the unit that reads it or calls its layer.
 // Throws UsageError naming `file` for a forward that does not take and return one tensor or a
 // draw that cannot be made exact (naming the node).
-std::vector<ScriptPiece> cut_script_forward(const torch::jit::Module& script, const std::string& file);
+std::vector<ScriptPiece> cut_script_forward(const torch::jit::Module& script, const std::string& file,
+                                           const InputShape& input);
 
 // FLOPs of what `run` computes, as the autograd profiler counts them (as ScriptUnit's).
 double profiled_flops(const std::function<void()>& run);

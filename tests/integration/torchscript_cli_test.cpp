@@ -129,6 +129,30 @@ TEST(TorchScriptCli, AResidualCutInsideItsBlockTrainsAlikeEverywhereAndAsWithout
                            torch::jit::load(dir.file("w.pt")).forward({x}).toTensor()));
 }
 
+// A number read from a shape and a list from split cross the register after c1 as tensors (a
+// tensor of integers and the list's two tensors): ranks hand them on as the emulated executor
+// does.
+TEST(TorchScriptCli, ANumberAndAListCrossBetweenRanksAsTensors) {
+  TempDir dir;
+  torch::manual_seed(6);
+  const auto net = script_module(
+      "__torch__.SplitNet", {{"c1", script_conv2d(1, 4, 1)}, {"c2", script_conv2d(2, 2, 1)}, {"fc", script_linear(4096, 10)}},
+      "\ndef forward(self, x):\n    n = x.size(0)\n    parts = torch.split(self.c1.forward(x), 2, 1)\n"
+      "    h = torch.cat([self.c2.forward(parts[0]), parts[1]], 1)\n    return self.fc.forward(h.reshape(n, -1))\n");
+  const std::string file = save_script(net, dir.file("split.pt"));
+  const auto layers = run_cli({"layers", "--model-file", file});
+  ASSERT_EQ(layers.status, 0) << layers.err;
+  EXPECT_EQ(layers.out.find("no register"), std::string::npos) << layers.out;
+  const std::vector<std::string> run = {"train", "--model-file", file, "--data", "synthetic:128", "--test-subset", "32",
+                                        "--batch-size", "16", "--epochs", "1", "--max-steps", "4", "--pipeline", "1",
+                                        "--threads-per-worker", "1", "--progress", "none"};
+  const auto e = run_cli(with(run, {"--executor", "emulated", "--out", dir.file("e")}));
+  ASSERT_EQ(e.status, 0) << e.err;
+  ASSERT_EQ(run_launch(2, with(run, {"--executor", "processes", "--out", dir.file("p")}), dir.file("launch.log"), 240), 0)
+      << slurp(dir.file("launch.log"));
+  expect_same_results(dir.file("e"), dir.file("p"));
+}
+
 TEST(TorchScriptCli, BadFilesAndFlags) {
   TempDir dir;
   const std::string good = lenet_file(dir);

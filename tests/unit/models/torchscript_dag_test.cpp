@@ -1,10 +1,14 @@
 // A scripted module whose forward is not its children in order: cut into pieces at its weight
 // layers, with the tensors that jump a piece as skip tensors. The modules are built in C++
 // (support/script_modules.h) as torch.jit.script would make them.
+#include <algorithm>
+#include <numeric>
+
 #include <gtest/gtest.h>
 #include <torch/script.h>
 
 #include "stalepipe/api/pipeline_trainer.h"
+#include "stalepipe/models/layer_table.h"
 #include "stalepipe/models/torchscript.h"
 #include "support/error_of.h"
 #include "support/pipeline_runs.h"
@@ -56,6 +60,27 @@ TEST(TorchScriptDag, AResidualForwardIsCutAtItsWeightLayersWithTheShortcutAsASki
   EXPECT_TRUE(torch::allclose(model.forward(x), torch::jit::Module(*model.script).forward({x}).toTensor()));
 }
 
+// The FLOPs of each piece's linear map, also where the piece adds a skip tensor to its output
+// (as a transformer block's projection does): the interpreter shows the operation more stack
+// slots than its arguments.
+TEST(TorchScriptDag, EachPieceCountsTheFlopsOfItsWeightLayer) {
+  test::TempDir dir;
+  torch::manual_seed(3);
+  const auto net = test::script_module(
+      "__torch__.SkipNet",
+      {{"c1", test::script_conv2d(1, 4, 1)}, {"l1", test::script_linear(256, 256)},
+       {"l2", test::script_linear(256, 256)}, {"l3", test::script_linear(256, 3)}},
+      "\ndef forward(self, x):\n    h = torch.flatten(self.c1.forward(x), 1)\n    y = self.l1.forward(h)\n"
+      "    return self.l3.forward(self.l2.forward(y) + h)\n");
+  auto model = models::load_torchscript(test::save_script(net, dir.file("skip.pt")), kInput);
+  const auto rows = models::describe_units(model);
+  ASSERT_EQ(rows.size(), 4u);
+  EXPECT_DOUBLE_EQ(rows[0].forward_mflops, 1e-6 * 2 * (4 * 8 * 8));
+  EXPECT_DOUBLE_EQ(rows[1].forward_mflops, 1e-6 * 2 * (256 * 256));
+  EXPECT_DOUBLE_EQ(rows[2].forward_mflops, 1e-6 * 2 * (256 * 256));
+  EXPECT_DOUBLE_EQ(rows[3].forward_mflops, 1e-6 * 2 * (256 * 3));
+}
+
 // A register between c1 and c2 cuts the residual: without staleness the shortcut's gradient
 // reaches c1 whole, so the weights are those without the register; and executors agree.
 TEST(TorchScriptDag, ARegisterInsideTheResidualTrainsAsWithoutIt) {
@@ -98,25 +123,91 @@ void expect_joined_trains(const std::string& file, const std::string& why) {
       << file;
 }
 
-TEST(TorchScriptDag, AnIntFromAShapeJoinsThePiecesItWouldCross) {
-  test::TempDir dir;
-  // A batch size read with c1 and used after c2: an int cannot cross a register between them.
-  expect_joined_trains(joined_file(dir, "size.pt",
-                                   "\ndef forward(self, x):\n    n = x.size(0)\n    h = self.c2.forward(self.c1.forward(x))\n"
-                                   "    h = torch.relu(h).reshape(n, 4, 8, 8)\n"
-                                   "    return self.fc.forward(torch.flatten(self.c3.forward(h), 1))\n"),
-                       "aten::size");
+// A number and a list of tensors of a fixed length cross registers as tensors: every place may
+// hold one, and the network trains as uncut and alike on every executor.
+void expect_crossing_trains(const std::string& file, const std::string& crossing) {
+  const auto model = models::load_torchscript(file, kInput);
+  ASSERT_EQ(model.units.size(), 4u) << file;
+  for (const auto& unit : model.units) EXPECT_EQ(unit.joined, "") << unit.name;
+  EXPECT_EQ(model.cut_layers(), (std::vector<int>{1, 2, 3}));
+  const auto& pops = model.units[1].skips.pops;
+  EXPECT_TRUE(std::any_of(pops.begin(), pops.end(), [&](const std::string& p) { return p.find(crossing) != std::string::npos; }))
+      << "c2 receives " << crossing;
+  EXPECT_TRUE(test::all_equal(trained(file, {1, 2}, ScheduleKind::kSequential, "emulated"),
+                              trained(file, {}, ScheduleKind::kSequential, "emulated")))
+      << file;
+  EXPECT_TRUE(test::all_equal(trained(file, {1, 2}, ScheduleKind::kStale, "threads"),
+                              trained(file, {1, 2}, ScheduleKind::kStale, "emulated")))
+      << file;
 }
 
-TEST(TorchScriptDag, AListOfTensorsFromSplitJoinsThePiecesItWouldCross) {
+TEST(TorchScriptDag, AnIntFromAShapeCrossesAsATensor) {
   test::TempDir dir;
-  // The list is read after c2, so it would cross a register there.
-  expect_joined_trains(joined_file(dir, "split.pt",
-                                   "\ndef forward(self, x):\n    parts = torch.split(self.c1.forward(x), 2, 1)\n"
-                                   "    h = torch.cat([self.c2.forward(parts[0]), parts[1]], 1)\n"
-                                   "    return self.fc.forward(torch.flatten(self.c3.forward(h), 1))\n",
-                                   /*c2_channels=*/2),
+  // A batch size read with c1 and used after c2.
+  expect_crossing_trains(joined_file(dir, "size.pt",
+                                     "\ndef forward(self, x):\n    n = x.size(0)\n    h = self.c2.forward(self.c1.forward(x))\n"
+                                     "    h = torch.relu(h).reshape(n, 4, 8, 8)\n"
+                                     "    return self.fc.forward(torch.flatten(self.c3.forward(h), 1))\n"),
+                         "_n");
+}
+
+TEST(TorchScriptDag, AListOfTensorsFromSplitCrossesAsItsTensors) {
+  test::TempDir dir;
+  // The list is read after c2: its two tensors cross the register there.
+  expect_crossing_trains(joined_file(dir, "split.pt",
+                                     "\ndef forward(self, x):\n    parts = torch.split(self.c1.forward(x), 2, 1)\n"
+                                     "    h = torch.cat([self.c2.forward(parts[0]), parts[1]], 1)\n"
+                                     "    return self.fc.forward(torch.flatten(self.c3.forward(h), 1))\n",
+                                     /*c2_channels=*/2),
+                         "parts_1");
+}
+
+TEST(TorchScriptDag, AListWhoseLengthFollowsTheBatchJoinsThePiecesItWouldCross) {
+  test::TempDir dir;
+  // One part per sample: as many as the batch has, which the last batch may change.
+  expect_joined_trains(joined_file(dir, "samples.pt",
+                                   "\ndef forward(self, x):\n    h = self.c1.forward(x)\n    parts = torch.split(h, 1, 0)\n"
+                                   "    h = self.c2.forward(h) + parts[0]\n"
+                                   "    return self.fc.forward(torch.flatten(self.c3.forward(h), 1))\n"),
                        "aten::split");
+}
+
+TEST(TorchScriptDag, AListABranchMakesJoinsThePiecesItWouldCross) {
+  test::TempDir dir;
+  // Which list the branch makes is known only when it runs; it is read after c2.
+  expect_joined_trains(joined_file(dir, "branch.pt",
+                                   "\ndef forward(self, x):\n    h = self.c1.forward(x)\n    if bool(h.sum() > 0.0):\n"
+                                   "        parts = [h, h * 2.0]\n    else:\n        parts = [h * 2.0, h]\n"
+                                   "    h = self.c2.forward(parts[0]) + parts[1]\n"
+                                   "    return self.fc.forward(torch.flatten(self.c3.forward(h), 1))\n"),
+                       "prim::If");
+}
+
+// Lists whose every state the cutter can name cross registers as their tensors: a list of
+// children that grows in a call taking it as Optional[List[Tensor]] (DLA's trees), a list
+// assigned into in a loop over a ModuleList, and modules picked from a ModuleList by an index
+// the loop computes (HRNet's branches and head). The fixtures are written by
+// tests/fixtures/list_networks.py (torch.jit.script of PyTorch 1.13). A register may follow
+// every layer, and registers there train as without them and alike on every executor.
+void expect_cut_everywhere(const std::string& name, int layers) {
+  const std::string file = STALEPIPE_SOURCE_DIR "/tests/fixtures/" + name;
+  const auto model = models::load_torchscript(file, kInput);
+  std::vector<int> everywhere(static_cast<size_t>(layers - 1));
+  std::iota(everywhere.begin(), everywhere.end(), 1);
+  EXPECT_EQ(model.cut_layers(), everywhere);
+  for (const auto& unit : model.units) EXPECT_EQ(unit.joined, "") << unit.name;
+  const auto x = torch::randn({2, 1, 8, 8});
+  EXPECT_TRUE(torch::allclose(model.forward(x), torch::jit::Module(*model.script).forward({x}).toTensor()));
+  EXPECT_TRUE(test::all_equal(trained(file, everywhere, ScheduleKind::kSequential, "emulated"),
+                              trained(file, {}, ScheduleKind::kSequential, "emulated")));
+  EXPECT_TRUE(test::all_equal(trained(file, {2, 4}, ScheduleKind::kStale, "threads"),
+                              trained(file, {2, 4}, ScheduleKind::kStale, "emulated")));
+}
+
+TEST(TorchScriptDag, AListOfChildrenHandedToACallCrossesAsItsTensors) { expect_cut_everywhere("children_list.pt", 5); }
+
+TEST(TorchScriptDag, AListAssignedInALoopAndModulesPickedByIndexCrossAsTensors) {
+  expect_cut_everywhere("branches_list.pt", 8);
 }
 
 // A register hands on a tensor in the layout it has: the next layer computes on what it
