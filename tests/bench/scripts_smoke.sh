@@ -53,6 +53,13 @@ if "$py" -c "import torch" 2> /dev/null; then
 else
   echo "pytorch_trace.py: skipped (no PyTorch for $py)"
 fi
+# script_vs_pytorch.sh needs Debian's PyTorch and PIL (its peer and photos): a tiny scripted CNN.
+if /usr/bin/python3 -c "import torch, PIL" 2> /dev/null; then
+  /usr/bin/python3 -c "import torch; from torch import nn; torch.jit.script(nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU(),
+    nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(4, 10))).save('$tmp/tiny.pt')"
+  out=$(SP=$sp ROUNDS=1 STEPS=2 BATCH=4 SIZE=32 "$bench/script_vs_pytorch.sh" "$tmp/tiny.pt")
+  grep -Eq '^tiny.pt \| median \| \| \| [0-9.]+$' <<< "$out" || fail "script_vs_pytorch.sh: $out"
+fi
 # loader_speed.sh needs torchvision and PIL (python3-torchvision, which scripts/setup.sh installs).
 if "$py" -c "import torchvision, PIL" 2> /dev/null; then
   out=$(SP=$sp SIZES=32 IMAGES=10 BATCH=8 BATCHES=2 THREADS=1 "$bench/loader_speed.sh" "$tmp/loader" 1)
