@@ -302,6 +302,7 @@ class PipelineTrainer {
   friend class RangeSource;
 
   // The learning rate over the run and its length; returns the hybrid switch's step (-1: none).
+  EvalResult evaluate_here(BatchSource& test);  // evaluate() on the calling thread
   int64_t build_lr(int64_t steps_per_epoch);
   void check_usable(const char* what) const;
   void check_drained(const char* what) const;

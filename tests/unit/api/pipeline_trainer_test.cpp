@@ -2,6 +2,7 @@
 // the zoo model; the step interface equals a segment run; misuse gives clear errors.
 #include <atomic>
 #include <chrono>
+#include <filesystem>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -110,6 +111,32 @@ TEST(PipelineTrainer, UserModuleListEqualsCliRunOfZooModel) {
   }
   EXPECT_EQ(losses, epochs * loader.batches_per_epoch());
   expect_same(trainer.parameters(), expected);
+}
+
+size_t threads_of_this_process() {
+  size_t n = 0;
+  for ([[maybe_unused]] const auto& task : std::filesystem::directory_iterator("/proc/self/task")) ++n;
+  return n;
+}
+
+// Evaluation and predict leave no OpenMP workers behind on the caller's thread: libgomp keeps
+// a pool for each thread that ran a parallel region while that thread lives, and with more
+// such workers than cores it stops spinning for the partitions' threads, so that every epoch
+// after an evaluation trained slower.
+TEST(PipelineTrainer, EvaluationLeavesNoThreadsBehindOnTheCallersThread) {
+  PipelineTrainer trainer(user_lenet5(3), Flat().ppv({1}).threads(2));
+  std::vector<torch::data::Example<>> batches;
+  for (int i = 0; i < 2; ++i) batches.push_back({torch::randn({64, 1, 32, 32}), torch::randint(10, {64})});
+  trainer.fit(batches, 1);
+  trainer.evaluate(batches);  // what LibTorch starts once, for the process
+  trainer.predict(torch::randn({64, 1, 32, 32}));
+  std::thread caller([&] {  // a thread of its own: the test's may hold a pool from other tests
+    const size_t before = threads_of_this_process();
+    trainer.evaluate(batches);
+    trainer.predict(torch::randn({64, 1, 32, 32}));
+    EXPECT_EQ(threads_of_this_process(), before);
+  });
+  caller.join();
 }
 
 TEST(PipelineTrainer, FitOverATorchDataLoaderEqualsFitOverTheSameBatches) {
