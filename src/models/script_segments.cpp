@@ -288,9 +288,9 @@ void fold_none_checks(torch::jit::Block* block) {
       return kind != c10::TypeKind::NoneType && kind != c10::TypeKind::OptionalType && kind != c10::TypeKind::AnyType &&
              kind != c10::TypeKind::UnionType;
     };
-    if (!((none(node->input(0)) && never_none(node->input(1))) || (none(node->input(1)) && never_none(node->input(0))))) {
-      continue;
-    }
+    const Value* a = node->input(0);
+    const Value* b = node->input(1);
+    if (!((none(a) && never_none(b)) || (none(b) && never_none(a)))) continue;
     torch::jit::WithInsertPoint here(node);
     node->output()->replaceAllUsesWith(block->owningGraph()->insertConstant(!is));
     node->destroy();
@@ -451,9 +451,10 @@ bool is_tensor_list(const c10::TypePtr& type) {
 }
 
 // The lengths of the lists of tensors that the forward's own block gets from operators (split,
-// chunk, unbind: lengths that shapes decide), from two runs of a copy of the network in evaluation mode, on samples of
-// `input`'s shape with 2 and with 3 of them: a list whose length is the same in both may cross
-// a register as its tensors. Empty where the runs fail (the lists then keep their pieces together).
+// chunk, unbind: lengths that shapes decide), from two runs of a copy of the network in
+// evaluation mode on samples of `input`'s shape, 2 and 3 of them: a list whose length is the
+// same in both may cross a register as its tensors. Empty where the runs fail (the lists then
+// keep their pieces together).
 std::map<const Value*, size_t> list_lengths(const torch::jit::Module& script, Graph& whole, const InputShape& input) {
   std::vector<Value*> lists;
   for (Node* node : whole.nodes()) {
@@ -685,9 +686,9 @@ class Segmenter {
   }
 
   // Only tensors cross a register, and what becomes tensors there (numbers, bools, lists of
-  // tensors of a known length): a piece that reads anything else from an earlier piece (a list whose length
-  // changes with the batch, a module picked from a list by a number known only when the forward
-  // runs) is one unit with every piece from that one on.
+  // tensors of a known length): a piece that reads anything else from an earlier piece (a list
+  // whose length changes with the batch, a module picked from a list by a number known only
+  // when the forward runs) is one unit with every piece from that one on.
   void merge_where_other_values_cross() {
     for (size_t p = 1; p < pieces_.size();) {
       int first = -1;

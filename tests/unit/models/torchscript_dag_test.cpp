@@ -131,8 +131,8 @@ void expect_crossing_trains(const std::string& file, const std::string& crossing
   for (const auto& unit : model.units) EXPECT_EQ(unit.joined, "") << unit.name;
   EXPECT_EQ(model.cut_layers(), (std::vector<int>{1, 2, 3}));
   const auto& pops = model.units[1].skips.pops;
-  EXPECT_TRUE(std::any_of(pops.begin(), pops.end(), [&](const std::string& p) { return p.find(crossing) != std::string::npos; }))
-      << "c2 receives " << crossing;
+  const auto receives = [&](const std::string& p) { return p.find(crossing) != std::string::npos; };
+  EXPECT_TRUE(std::any_of(pops.begin(), pops.end(), receives)) << "c2 receives " << crossing;
   EXPECT_TRUE(test::all_equal(trained(file, {1, 2}, ScheduleKind::kSequential, "emulated"),
                               trained(file, {}, ScheduleKind::kSequential, "emulated")))
       << file;
@@ -145,7 +145,8 @@ TEST(TorchScriptDag, AnIntFromAShapeCrossesAsATensor) {
   test::TempDir dir;
   // A batch size read with c1 and used after c2.
   expect_crossing_trains(joined_file(dir, "size.pt",
-                                     "\ndef forward(self, x):\n    n = x.size(0)\n    h = self.c2.forward(self.c1.forward(x))\n"
+                                     "\ndef forward(self, x):\n    n = x.size(0)\n"
+                                     "    h = self.c2.forward(self.c1.forward(x))\n"
                                      "    h = torch.relu(h).reshape(n, 4, 8, 8)\n"
                                      "    return self.fc.forward(torch.flatten(self.c3.forward(h), 1))\n"),
                          "_n");
@@ -166,7 +167,8 @@ TEST(TorchScriptDag, AListWhoseLengthFollowsTheBatchJoinsThePiecesItWouldCross) 
   test::TempDir dir;
   // One part per sample: as many as the batch has, which the last batch may change.
   expect_joined_trains(joined_file(dir, "samples.pt",
-                                   "\ndef forward(self, x):\n    h = self.c1.forward(x)\n    parts = torch.split(h, 1, 0)\n"
+                                   "\ndef forward(self, x):\n    h = self.c1.forward(x)\n"
+                                   "    parts = torch.split(h, 1, 0)\n"
                                    "    h = self.c2.forward(h) + parts[0]\n"
                                    "    return self.fc.forward(torch.flatten(self.c3.forward(h), 1))\n"),
                        "aten::split");
