@@ -937,16 +937,19 @@ double ScriptSegmentImpl::forward_flops(const std::vector<int64_t>& input_shape)
   auto options = torch::TensorOptions(torch::kFloat);
   const auto params = parameters();
   if (!params.empty()) options = options.dtype(params.front().dtype()).device(params.front().device());
-  // The batch the numbers were computed for (a batch size read from a shape, say).
+  // The inputs of the last forward, whose numbers (a batch size read from a shape, say) fit only
+  // its shapes; the main input at its leading size, as `input_shape` gives the rest.
   const int64_t batch = shapes_[0].empty() ? 1 : shapes_[0][0];
   for (size_t i = 0; i < shapes_.size(); ++i) {
     if (numbers_[i].defined()) {
       zeros.push_back(numbers_[i]);
       continue;
     }
-    std::vector<int64_t> sizes = {batch};
-    const auto& sample = i == 0 ? input_shape : std::vector<int64_t>(shapes_[i].begin() + 1, shapes_[i].end());
-    sizes.insert(sizes.end(), sample.begin(), sample.end());
+    std::vector<int64_t> sizes = shapes_[i];
+    if (i == 0) {
+      sizes = {batch};
+      sizes.insert(sizes.end(), input_shape.begin(), input_shape.end());
+    }
     zeros.push_back(torch::zeros(sizes, options));
   }
   auto* self = const_cast<ScriptSegmentImpl*>(this);

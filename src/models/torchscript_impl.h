@@ -65,8 +65,9 @@ class ScriptSegmentImpl : public torch::nn::Module, public FlopCounted, public R
                     const std::string& name);
   std::vector<torch::Tensor> forward(std::vector<torch::Tensor> inputs);
   void train(bool on = true) override;
-  // As ScriptUnit counts them, per sample: at the last forward's batch size, with the other
-  // inputs shaped as that forward's and the numbers it was handed.
+  // As ScriptUnit counts them, per leading element of the main input (a sample; a window where
+  // the piece's input holds windows): on inputs shaped as the last forward's, with the numbers
+  // it was handed.
   double forward_flops(const std::vector<int64_t>& input_shape) const override;
   bool draws_random_numbers() const override { return draws_; }
 

@@ -152,6 +152,22 @@ TEST(TorchScriptDag, AnIntFromAShapeCrossesAsATensor) {
                          "_n");
 }
 
+// A piece whose input holds windows of the samples (n * 4 of them, as a window attention makes)
+// and adds a skip tensor of n samples back: its FLOPs are counted on inputs shaped as it ran.
+TEST(TorchScriptDag, APieceOnWindowsCountsItsFlopsWithItsSkipAsItRan) {
+  test::TempDir dir;
+  const std::string file = joined_file(dir, "windows.pt",
+                                       "\ndef forward(self, x):\n    n = x.size(0)\n    h = self.c1.forward(x)\n"
+                                       "    w = self.c2.forward(h.reshape(n * 4, 1, 8, 8))\n"
+                                       "    y = w.reshape(n, 4, 8, 8) + h\n"
+                                       "    return self.fc.forward(torch.flatten(self.c3.forward(y), 1))\n",
+                                       /*c2_channels=*/1);
+  auto model = models::load_torchscript(file, kInput);
+  ASSERT_EQ(model.units.size(), 4u);
+  const auto rows = models::describe_units(model);
+  EXPECT_DOUBLE_EQ(rows[1].forward_mflops, 1e-6 * 2 * (8 * 8));  // per window: a 1x1 convolution of 1 channel
+}
+
 TEST(TorchScriptDag, AListOfTensorsFromSplitCrossesAsItsTensors) {
   test::TempDir dir;
   // The list is read after c2: its two tensors cross the register there.
