@@ -116,6 +116,7 @@ cut_args_of() {
 # One row: family NAME with the register at CUT.
 family_row() {
   local name=$1 cut=$2 dir=$work/runs/$1-$2
+  rm -rf "$dir"  # what a run stopped in the middle left: a run directory refuses a second run
   mkdir -p "$dir"
   failed=()
   local start=$SECONDS params
