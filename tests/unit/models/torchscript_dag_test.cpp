@@ -42,6 +42,19 @@ std::vector<torch::Tensor> trained(const std::string& file, std::vector<int> ppv
   return test::train_script(file, kSteps, test::script_options(std::move(ppv), schedule, executor));
 }
 
+// Registers after the layers of `sequential` train as without them where nothing is stale, and
+// the stale pipeline cut after those of `stale` trains alike on the threads and emulated
+// executors.
+void expect_trains_as_uncut_and_alike(const std::string& file, const std::vector<int>& sequential,
+                                      const std::vector<int>& stale) {
+  EXPECT_TRUE(test::all_equal(trained(file, sequential, ScheduleKind::kSequential, "emulated"),
+                              trained(file, {}, ScheduleKind::kSequential, "emulated")))
+      << file;
+  EXPECT_TRUE(test::all_equal(trained(file, stale, ScheduleKind::kStale, "threads"),
+                              trained(file, stale, ScheduleKind::kStale, "emulated")))
+      << file;
+}
+
 TEST(TorchScriptDag, AResidualForwardIsCutAtItsWeightLayersWithTheShortcutAsASkip) {
   test::TempDir dir;
   const auto model = models::load_torchscript(residual_file(dir), kInput);
@@ -86,10 +99,7 @@ TEST(TorchScriptDag, EachPieceCountsTheFlopsOfItsWeightLayer) {
 TEST(TorchScriptDag, ARegisterInsideTheResidualTrainsAsWithoutIt) {
   test::TempDir dir;
   const std::string file = residual_file(dir);
-  EXPECT_TRUE(test::all_equal(trained(file, {1}, ScheduleKind::kSequential, "emulated"),
-                              trained(file, {}, ScheduleKind::kSequential, "emulated")));
-  EXPECT_TRUE(test::all_equal(trained(file, {1, 2}, ScheduleKind::kStale, "threads"),
-                              trained(file, {1, 2}, ScheduleKind::kStale, "emulated")));
+  expect_trains_as_uncut_and_alike(file, {1}, {1, 2});
 }
 
 // What only tensors may cross never refuses a network: the pieces it would cross between are one
@@ -115,12 +125,7 @@ void expect_joined_trains(const std::string& file, const std::string& why) {
   const std::string inside = error_of<UsageError>([&] { trained(file, {1}, ScheduleKind::kSequential, "emulated"); });
   EXPECT_NE(inside.find("inside unit 1 (c1), which holds layers 1-2 together: " + why), std::string::npos) << inside;
   EXPECT_NE(inside.find("a register may follow layer 2, 3"), std::string::npos) << inside;
-  EXPECT_TRUE(test::all_equal(trained(file, {2, 3}, ScheduleKind::kSequential, "emulated"),
-                              trained(file, {}, ScheduleKind::kSequential, "emulated")))
-      << file;
-  EXPECT_TRUE(test::all_equal(trained(file, {2, 3}, ScheduleKind::kStale, "threads"),
-                              trained(file, {2, 3}, ScheduleKind::kStale, "emulated")))
-      << file;
+  expect_trains_as_uncut_and_alike(file, {2, 3}, {2, 3});
 }
 
 // A number and a list of tensors of a fixed length cross registers as tensors: every place may
@@ -133,12 +138,7 @@ void expect_crossing_trains(const std::string& file, const std::string& crossing
   const auto& pops = model.units[1].skips.pops;
   const auto receives = [&](const std::string& p) { return p.find(crossing) != std::string::npos; };
   EXPECT_TRUE(std::any_of(pops.begin(), pops.end(), receives)) << "c2 receives " << crossing;
-  EXPECT_TRUE(test::all_equal(trained(file, {1, 2}, ScheduleKind::kSequential, "emulated"),
-                              trained(file, {}, ScheduleKind::kSequential, "emulated")))
-      << file;
-  EXPECT_TRUE(test::all_equal(trained(file, {1, 2}, ScheduleKind::kStale, "threads"),
-                              trained(file, {1, 2}, ScheduleKind::kStale, "emulated")))
-      << file;
+  expect_trains_as_uncut_and_alike(file, {1, 2}, {1, 2});
 }
 
 TEST(TorchScriptDag, AnIntFromAShapeCrossesAsATensor) {
@@ -216,10 +216,7 @@ void expect_cut_everywhere(const std::string& name, int layers) {
   for (const auto& unit : model.units) EXPECT_EQ(unit.joined, "") << unit.name;
   const auto x = torch::randn({2, 1, 8, 8});
   EXPECT_TRUE(torch::allclose(model.forward(x), torch::jit::Module(*model.script).forward({x}).toTensor()));
-  EXPECT_TRUE(test::all_equal(trained(file, everywhere, ScheduleKind::kSequential, "emulated"),
-                              trained(file, {}, ScheduleKind::kSequential, "emulated")));
-  EXPECT_TRUE(test::all_equal(trained(file, {2, 4}, ScheduleKind::kStale, "threads"),
-                              trained(file, {2, 4}, ScheduleKind::kStale, "emulated")));
+  expect_trains_as_uncut_and_alike(file, everywhere, {2, 4});
 }
 
 TEST(TorchScriptDag, AListOfChildrenHandedToACallCrossesAsItsTensors) { expect_cut_everywhere("children_list.pt", 5); }
@@ -240,10 +237,7 @@ TEST(TorchScriptDag, AListAssignedInALoopAndModulesPickedByIndexCrossAsTensors) 
 // added in another order than uncut.
 TEST(TorchScriptDag, ATensorCrossesARegisterInTheLayoutItHas) {
   const std::string file = STALEPIPE_SOURCE_DIR "/tests/fixtures/permuted_blocks.pt";
-  EXPECT_TRUE(test::all_equal(trained(file, {4}, ScheduleKind::kSequential, "emulated"),
-                              trained(file, {}, ScheduleKind::kSequential, "emulated")));
-  EXPECT_TRUE(test::all_equal(trained(file, {2, 4}, ScheduleKind::kStale, "threads"),
-                              trained(file, {2, 4}, ScheduleKind::kStale, "emulated")));
+  expect_trains_as_uncut_and_alike(file, {4}, {2, 4});
 }
 
 TEST(TorchScriptDag, AParameterTwoPiecesReadJoinsThem) {
