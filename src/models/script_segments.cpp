@@ -4,6 +4,7 @@
 // graph of its own, and every tensor one piece hands to a piece other than the next becomes a
 // skip tensor (models/skips.h).
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <optional>
 #include <set>
@@ -496,9 +497,10 @@ std::map<const Value*, size_t> list_lengths(const torch::jit::Module& script, Gr
 
 class Segmenter {
  public:
+  // `measure_lists`: list_lengths, run only when a list of tensors would cross a register.
   Segmenter(const torch::jit::Module& script, std::shared_ptr<Graph> graph, std::string file,
-            std::map<const Value*, size_t> list_lengths)
-      : script_(script), graph_(std::move(graph)), file_(std::move(file)), list_lengths_(std::move(list_lengths)) {
+            std::function<std::map<const Value*, size_t>()> measure_lists)
+      : script_(script), graph_(std::move(graph)), file_(std::move(file)), measure_lists_(std::move(measure_lists)) {
     self_ = graph_->inputs()[0];
     std::set<std::string> assigned;
     assigned_attributes(graph_->block(), self_, assigned);
@@ -517,8 +519,10 @@ class Segmenter {
         kind == c10::TypeKind::BoolType) {
       return 1;
     }
-    const auto length = list_lengths_.find(v);
-    return length == list_lengths_.end() ? 0 : length->second;
+    if (!is_tensor_list(v->type())) return 0;
+    if (!list_lengths_) list_lengths_ = measure_lists_();
+    const auto length = list_lengths_->find(v);
+    return length == list_lengths_->end() ? 0 : length->second;
   }
 
   std::vector<Piece> cut() {
@@ -755,7 +759,8 @@ class Segmenter {
   bool assigns_attributes_ = false;
   std::set<const Value*> module_values_;  // computed from the module alone (split_at_weight_layers)
   Value* self_ = nullptr;
-  std::map<const Value*, size_t> list_lengths_;
+  std::function<std::map<const Value*, size_t>()> measure_lists_;
+  mutable std::optional<std::map<const Value*, size_t>> list_lengths_;
   std::vector<Piece> pieces_;
   std::map<Value*, int> piece_of_;
   int skips_ = 0;
@@ -994,7 +999,7 @@ std::optional<std::vector<PieceGraph>> piece_graphs(const torch::jit::Module& sc
 std::vector<ScriptPiece> cut_script_forward(const torch::jit::Module& script, const std::string& file,
                                            const InputShape& input) {
   const auto graph = cuttable_forward(script, file);
-  Segmenter segmenter(script, graph, file, list_lengths(script, *graph, input));
+  Segmenter segmenter(script, graph, file, [&] { return list_lengths(script, *graph, input); });
   std::vector<Piece> pieces = segmenter.cut();
   std::optional<std::vector<PieceGraph>> graphs;
   while (!(graphs = piece_graphs(script, *graph, segmenter, pieces))) {
