@@ -316,9 +316,10 @@ void drop_redundant_casts(torch::jit::Block* block) {
 // in the list's own block, whose result nothing uses.
 bool followable_write(const torch::jit::Use& use, const Node* construct) {
   const Node* user = use.user;
+  const bool append = user->kind() == c10::aten::append;
+  if (!append && user->kind() != c10::aten::_set_item) return false;  // (an unpacking has several outputs)
   if (use.offset != 0 || user->owningBlock() != construct->owningBlock() || user->output()->hasUses()) return false;
-  if (user->kind() == c10::aten::append) return true;
-  return user->kind() == c10::aten::_set_item && torch::jit::toIValue(user->input(1)).has_value();
+  return append || torch::jit::toIValue(user->input(1)).has_value();
 }
 
 // The index an assignment writes, in [0, length); nullopt where it is outside.
@@ -451,6 +452,13 @@ bool is_tensor_list(const c10::TypePtr& type) {
   return list && list->getElementType()->kind() == c10::TypeKind::TensorType;
 }
 
+// A list of ints (a feature map's size handed on with it, as MViTv2's stages do): it crosses a
+// register as a tensor of one dimension, whatever its length.
+bool is_int_list(const c10::TypePtr& type) {
+  const auto list = type->cast<c10::ListType>();
+  return list && list->getElementType()->kind() == c10::TypeKind::IntType;
+}
+
 // The lengths of the lists of tensors that the forward's own block gets from operators (split,
 // chunk, unbind: lengths that shapes decide), from two runs of a copy of the network in
 // evaluation mode on samples of `input`'s shape, 2 and 3 of them: a list whose length is the
@@ -511,12 +519,13 @@ class Segmenter {
                  file_, ": forward returns ", graph_->outputs()[0]->type()->str(), "; it must return one tensor");
   }
 
-  // How many tensors `v` crosses a register as: 1 for a tensor or a number or bool (as a tensor
-  // of no dimensions), a list's length for a list of tensors of a known length; 0 for what cannot.
+  // How many tensors `v` crosses a register as: 1 for a tensor, a number or bool (as a tensor of
+  // no dimensions) or a list of ints (of one), a list's length for a list of tensors of a known
+  // length; 0 for what cannot.
   size_t tensors_crossing(const Value* v) const {
     const auto kind = v->type()->kind();
     if (kind == c10::TypeKind::TensorType || kind == c10::TypeKind::IntType || kind == c10::TypeKind::FloatType ||
-        kind == c10::TypeKind::BoolType) {
+        kind == c10::TypeKind::BoolType || is_int_list(v->type())) {
       return 1;
     }
     if (!is_tensor_list(v->type())) return 0;
@@ -689,8 +698,8 @@ class Segmenter {
     }
   }
 
-  // Only tensors cross a register, and what becomes tensors there (numbers, bools, lists of
-  // tensors of a known length): a piece that reads anything else from an earlier piece (a list
+  // Only tensors cross a register, and what becomes tensors there (numbers, bools, lists of ints,
+  // lists of tensors of a known length): a piece that reads anything else from an earlier piece (a list
   // whose length changes with the batch, a module picked from a list by a number known only
   // when the forward runs) is one unit with every piece from that one on.
   void merge_where_other_values_cross() {
@@ -833,6 +842,12 @@ std::vector<std::string> crossing_names(const std::string& name, const Value* va
 Value* receive(Graph& graph, const Value* value, const std::vector<std::string>& names) {
   std::vector<Value*> tensors;
   for (const std::string& name : names) tensors.push_back(graph.addInput(name));
+  if (is_int_list(value->type())) {
+    // tolist(tensor, dims, element type: 0 is int), as TorchScript makes `t.tolist()`.
+    Node* list = graph.create(c10::prim::tolist, {tensors[0], graph.insertConstant(1), graph.insertConstant(0)});
+    list->output()->copyMetadata(const_cast<Value*>(value));
+    return graph.insertNode(list)->output();
+  }
   switch (value->type()->kind()) {
     case c10::TypeKind::TensorType: return tensors[0];
     case c10::TypeKind::IntType: return graph.insert(c10::aten::Int, {tensors[0]});
@@ -844,6 +859,10 @@ Value* receive(Graph& graph, const Value* value, const std::vector<std::string>&
 
 // A value a piece hands on (`sent`, in `graph`), as the tensors it crosses a register as.
 void send(Graph& graph, const Value* value, Value* sent, size_t count, std::vector<Value*>& out) {
+  if (is_int_list(value->type())) {  // as int64, also where it is empty
+    out.push_back(graph.insert(c10::aten::tensor, {sent}, {torch::jit::NamedValue("dtype", static_cast<int64_t>(c10::kLong))}));
+    return;
+  }
   switch (value->type()->kind()) {
     case c10::TypeKind::TensorType: out.push_back(sent); return;
     case c10::TypeKind::IntType:
@@ -914,7 +933,7 @@ std::vector<torch::Tensor> ScriptSegmentImpl::forward(std::vector<torch::Tensor>
   numbers_.clear();
   for (const auto& t : inputs) {
     shapes_.push_back(t.sizes().vec());
-    numbers_.push_back(t.dim() == 0 ? t.detach().clone() : torch::Tensor());
+    numbers_.push_back(t.dim() == 0 || !t.is_floating_point() ? t.detach().clone() : torch::Tensor());
   }
   torch::jit::Stack stack = {script_._ivalue()};
   for (auto& t : inputs) stack.emplace_back(std::move(t));
@@ -942,8 +961,8 @@ double ScriptSegmentImpl::forward_flops(const std::vector<int64_t>& input_shape)
   auto options = torch::TensorOptions(torch::kFloat);
   const auto params = parameters();
   if (!params.empty()) options = options.dtype(params.front().dtype()).device(params.front().device());
-  // The inputs of the last forward, whose numbers (a batch size read from a shape, say) fit only
-  // its shapes; the main input at its leading size, as `input_shape` gives the rest.
+  // The inputs of the last forward, whose numbers (a batch size read from a shape, a list of
+  // sizes) fit only its shapes; the main input at its leading size, as `input_shape` gives the rest.
   const int64_t batch = shapes_[0].empty() ? 1 : shapes_[0][0];
   for (size_t i = 0; i < shapes_.size(); ++i) {
     if (numbers_[i].defined()) {

@@ -78,7 +78,8 @@ class ScriptSegmentImpl : public torch::nn::Module, public FlopCounted, public R
   std::vector<torch::jit::Module> flagged_;  // modules whose training flag it reads
   std::vector<size_t> written_;              // inputs its graph writes into
   std::vector<std::vector<int64_t>> shapes_;  // of the last forward's inputs
-  std::vector<torch::Tensor> numbers_;        // its inputs of no dimensions (else undefined)
+  std::vector<torch::Tensor> numbers_;        // its inputs that are numbers: of no dimensions or of
+                                              // integers (a list of sizes); else undefined
   bool draws_ = false;
 };
 TORCH_MODULE(ScriptSegment);

@@ -152,6 +152,27 @@ TEST(TorchScriptDag, AnIntFromAShapeCrossesAsATensor) {
                          "_n");
 }
 
+TEST(TorchScriptDag, AListOfIntsCrossesAsATensor) {
+  test::TempDir dir;
+  // The sizes of c1's output, read before c2 and used after it.
+  expect_crossing_trains(joined_file(dir, "sizes.pt",
+                                     "\ndef forward(self, x):\n    h = self.c1.forward(x)\n    sizes = h.size()\n"
+                                     "    h = torch.relu(self.c2.forward(h)).reshape(sizes)\n"
+                                     "    return self.fc.forward(torch.flatten(self.c3.forward(h), 1))\n"),
+                         "_sizes");
+}
+
+TEST(TorchScriptDag, AListOfIntsUnpackedAfterALayerCrossesAsATensor) {
+  test::TempDir dir;
+  // A list the forward builds and unpacks (`H, W = size`, as PVTv2's stages take theirs).
+  expect_crossing_trains(joined_file(dir, "unpacked.pt",
+                                     "\ndef forward(self, x):\n    h = self.c1.forward(x)\n"
+                                     "    size = [h.size(2), h.size(3)]\n    h = torch.relu(self.c2.forward(h))\n"
+                                     "    H, W = size\n    h = h.reshape(-1, 4, H, W)\n"
+                                     "    return self.fc.forward(torch.flatten(self.c3.forward(h), 1))\n"),
+                         "_size");
+}
+
 // A piece whose input holds windows of the samples (n * 4 of them, as a window attention makes)
 // and adds a skip tensor of n samples back: its FLOPs are counted on inputs shaped as it ran.
 TEST(TorchScriptDag, APieceOnWindowsCountsItsFlopsWithItsSkipAsItRan) {
