@@ -684,18 +684,29 @@ class Segmenter {
 
   // A register can only go where the next piece continues from this one: elsewhere the two
   // are one unit.
+  // A piece continues from the tensor it reads from the piece before it or, where it reads none
+  // (a shortcut's projection beside the convolution on the same input), from an earlier tensor
+  // that the piece before hands on to it (main_of).
   void merge_pieces_the_next_does_not_continue() {
     for (size_t p = 1; p < pieces_.size();) {
-      const auto in = reads(p);
-      const bool continues = std::any_of(in.begin(), in.end(), [&](Value* v) {
-        return producer(v) == static_cast<int>(p) - 1 && v->type()->kind() == c10::TypeKind::TensorType;
-      });
-      if (continues) {
+      if (main_of(p)) {
         ++p;
         continue;
       }
-      merge(p - 1, p, "the layers after it do not read its output");
+      merge(p - 1, p, "the layers after it read no tensor of the layers before it");
     }
+  }
+
+  // The tensor piece p continues from: the first it reads of piece p - 1's, else the first it
+  // reads of an earlier piece's (or the network's input).
+  Value* main_of(size_t p) const {
+    Value* earlier = nullptr;
+    for (Value* v : reads(p)) {
+      if (v->type()->kind() != c10::TypeKind::TensorType) continue;
+      if (producer(v) == static_cast<int>(p) - 1) return v;
+      if (!earlier) earlier = v;
+    }
+    return earlier;
   }
 
   // Only tensors cross a register, and what becomes tensors there (numbers, bools, lists of ints,
@@ -737,25 +748,28 @@ class Segmenter {
     pieces_[0].main_in = graph_->inputs()[1];
     std::map<Value*, int> holder;  // the last piece that received a value: it hands it on
     holder[graph_->inputs()[1]] = 0;
+    // From the piece that holds `v` to piece `to`, as a skip tensor.
+    auto hand = [&](Value* v, size_t to) {
+      const auto held = holder.find(v);
+      const int giver = held == holder.end() ? producer(v) : held->second;
+      const std::string name = flat_name(c10::str("s", skips_++, "_", v->debugName()));
+      pieces_[giver].stashes.emplace_back(name, v);
+      pieces_[to].pops.emplace_back(name, v);
+      holder[v] = static_cast<int>(to);
+    };
     for (size_t p = 0; p < pieces_.size(); ++p) {
+      if (p > 0) {
+        Value* main = main_of(p);
+        // An earlier tensor passes through piece p - 1 as its output.
+        const auto held = holder.find(main);
+        if ((held == holder.end() ? producer(main) : held->second) != static_cast<int>(p) - 1) hand(main, p - 1);
+        pieces_[p].main_in = pieces_[p - 1].main_out = main;
+        holder[main] = static_cast<int>(p);
+      }
       for (Value* v : reads(p)) {
-        const int from = producer(v);
         SP_CHECK(tensors_crossing(v) > 0, file_, ": ", script_node_place(*v->node()), " makes a ", v->type()->str(),
                  " that crosses between pieces");  // merged: never
-        if (p > 0 && !pieces_[p].main_in && from == static_cast<int>(p) - 1 &&
-            v->type()->kind() == c10::TypeKind::TensorType) {
-          pieces_[p].main_in = v;
-          pieces_[p - 1].main_out = v;
-          holder[v] = static_cast<int>(p);
-          continue;
-        }
-        if (v == pieces_[p].main_in) continue;
-        const auto held = holder.find(v);
-        const int giver = held == holder.end() ? from : held->second;
-        const std::string name = flat_name(c10::str("s", skips_++, "_", v->debugName()));
-        pieces_[giver].stashes.emplace_back(name, v);
-        pieces_[p].pops.emplace_back(name, v);
-        holder[v] = static_cast<int>(p);
+        if (v != pieces_[p].main_in) hand(v, p);
       }
     }
     pieces_.back().main_out = graph_->outputs()[0];

@@ -173,6 +173,25 @@ TEST(TorchScriptDag, AListOfIntsUnpackedAfterALayerCrossesAsATensor) {
                          "_size");
 }
 
+// A shortcut's projection beside the convolution on the same input (ResNetV2's, DLA's, the NF
+// nets' downsampling): the layer after the register reads only what the one before it read,
+// which passes through that piece as its output, and a register may follow every layer.
+TEST(TorchScriptDag, ALayerBesideTheOneBeforeItContinuesFromTheirInput) {
+  test::TempDir dir;
+  const std::string file = joined_file(dir, "beside.pt",
+                                       "\ndef forward(self, x):\n    h = torch.relu(self.c1.forward(x))\n"
+                                       "    a = self.c2.forward(h)\n    b = self.c3.forward(h)\n"
+                                       "    y = self.fc.forward(torch.flatten(torch.relu(b), 1))\n"
+                                       "    return y + torch.flatten(a, 1).mean(1, True)\n");
+  const auto model = models::load_torchscript(file, kInput);
+  ASSERT_EQ(model.units.size(), 4u);
+  for (const auto& unit : model.units) EXPECT_EQ(unit.joined, "") << unit.name;
+  EXPECT_EQ(model.cut_layers(), (std::vector<int>{1, 2, 3}));
+  ASSERT_EQ(model.units[1].skips.stashes.size(), 1u);  // c2's output, for the sum after fc
+  EXPECT_EQ(model.units[3].skips.pops, model.units[1].skips.stashes);
+  expect_trains_as_uncut_and_alike(file, {1, 2, 3}, {1, 2});
+}
+
 // A piece whose input holds windows of the samples (n * 4 of them, as a window attention makes)
 // and adds a skip tensor of n samples back: its FLOPs are counted on inputs shaped as it ran.
 TEST(TorchScriptDag, APieceOnWindowsCountsItsFlopsWithItsSkipAsItRan) {
