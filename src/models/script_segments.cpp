@@ -14,6 +14,7 @@
 #include <torch/csrc/jit/ir/constants.h>
 #include <torch/csrc/jit/passes/constant_propagation.h>
 #include <torch/csrc/jit/passes/dead_code_elimination.h>
+#include <torch/csrc/jit/passes/lower_tuples.h>
 
 #include "stalepipe/common/error.h"
 #include "torchscript_impl.h"
@@ -423,6 +424,9 @@ std::shared_ptr<Graph> cuttable_forward(const torch::jit::Module& script, const 
     fold_settings(graph->block(), script, self, assigned);
     fold_none_checks(graph->block());
     try {
+      // A tuple an inlined call returns and its caller unpacks is its elements: a feature map's
+      // (H, W), or an optional tensor a setting made None, crosses as what it is.
+      torch::jit::LowerSimpleTuples(graph);
       torch::jit::ConstantPropagation(graph);
       torch::jit::EliminateDeadCode(graph);
     } catch (const c10::Error& e) {

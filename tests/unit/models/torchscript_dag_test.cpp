@@ -173,6 +173,20 @@ TEST(TorchScriptDag, AListOfIntsUnpackedAfterALayerCrossesAsATensor) {
                          "_size");
 }
 
+TEST(TorchScriptDag, ATupleACallReturnsCrossesAsItsElements) {
+  test::TempDir dir;
+  // A stage that returns its output with its (H, W), as Twins' patch embeddings do: once the
+  // call is inlined, the tuple is its elements, and the two ints cross where c2 is cut off.
+  expect_crossing_trains(joined_file(dir, "tuple.pt",
+                                     "\ndef stage(self, h: Tensor) -> Tuple[Tensor, Tuple[int, int]]:\n"
+                                     "    return torch.relu(h), (h.size(2), h.size(3))\n"
+                                     "\ndef forward(self, x):\n    h, size = self.stage(self.c1.forward(x))\n"
+                                     "    h = torch.relu(self.c2.forward(h))\n    H, W = size\n"
+                                     "    h = h.reshape(-1, 4, H, W)\n"
+                                     "    return self.fc.forward(torch.flatten(self.c3.forward(h), 1))\n"),
+                         "s");
+}
+
 // A shortcut's projection beside the convolution on the same input (ResNetV2's, DLA's, the NF
 // nets' downsampling): the layer after the register reads only what the one before it read,
 // which passes through that piece as its output, and a register may follow every layer.
