@@ -798,6 +798,17 @@ bool holds_tensor(const c10::TypePtr& type) {
   return type->kind() == c10::TypeKind::TensorType;
 }
 
+// Whether an operation writes into `v` (a dict's `d[k] = t`).
+bool written_through(const Value* v) {
+  const auto uses = v->uses();
+  return std::any_of(uses.begin(), uses.end(), [](const torch::jit::Use& use) {
+    const c10::FunctionSchema* schema = use.user->maybeSchema();
+    if (!schema || use.offset >= schema->arguments().size()) return false;
+    const c10::AliasInfo* alias = schema->arguments()[use.offset].alias_info();
+    return alias && alias->isWrite();
+  });
+}
+
 // What the nodes of `block` and the blocks nested in them use of the module `self`.
 void collect_uses(const torch::jit::Block* block, const Value* self, PieceUses& uses) {
   for (const Node* node : block->nodes()) {
@@ -812,6 +823,9 @@ void collect_uses(const torch::jit::Block* block, const Value* self, PieceUses& 
       const std::string path = module_path(node->output(), self);
       if (node->s(c10::attr::name) == "training") uses.flags.insert(module_path(node->input(0), self));
       if (holds_tensor(node->output()->type())) uses.tensors.insert(path);
+      if (node->output()->type()->kind() == c10::TypeKind::DictType && written_through(node->output())) {
+        uses.caches.insert(path);
+      }
     }
     for (const torch::jit::Block* inner : node->blocks()) collect_uses(inner, self, uses);
   }
@@ -930,6 +944,11 @@ ScriptSegmentImpl::ScriptSegmentImpl(torch::jit::Module script, std::shared_ptr<
       draws_(detail::draws_random_numbers(*graph)) {
   for (const std::string& path : uses.flags) flagged_.push_back(submodule(script_, path));
   for (const std::string& path : uses.calls) modules_.push_back(submodule(script_, path));
+  for (const std::string& path : uses.caches) {
+    const size_t dot = path.rfind('.');
+    caches_.emplace_back(submodule(script_, dot == std::string::npos ? "" : path.substr(0, dot)),
+                         dot == std::string::npos ? path : path.substr(dot + 1));
+  }
   for (const ScriptTensor& t : piece_tensors(script_, uses)) {
     if (t.parameter) {
       register_parameter(flat_name(t.path), t.tensor, t.tensor.requires_grad());
@@ -971,6 +990,10 @@ void ScriptSegmentImpl::train(bool on) {
   // container's train() would switch other partitions' layers too.
   for (auto& m : modules_) m.train(on);
   for (auto& m : flagged_) m._ivalue()->setAttr("training", on);
+  // A dict the forward fills (the attention-bias caches of timm's LeViT, TinyViT, EfficientViT,
+  // filled in evaluation mode) holds values made from the weights as they were then. timm's
+  // train() empties them in Python; scripted, that override never runs.
+  for (auto& [owner, name] : caches_) owner._ivalue()->getAttr(name).toGenericDict().clear();
 }
 
 double ScriptSegmentImpl::forward_flops(const std::vector<int64_t>& input_shape) const {

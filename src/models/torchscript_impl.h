@@ -50,6 +50,7 @@ struct PieceUses {
   std::set<std::string> calls;    // the layers it calls
   std::set<std::string> tensors;  // the tensors it reads itself (a batch norm's, a layer scale)
   std::set<std::string> flags;    // the modules whose training flag it reads
+  std::set<std::string> caches;   // the dicts it writes into (a cache of values made from weights)
 };
 
 // A piece of a scripted module's forward that is not its children in order, as a unit: the
@@ -57,7 +58,7 @@ struct PieceUses {
 // scripted module as `self`: {main, popped...} -> {output, stashed...} (models/skips.h). Its
 // parameters and buffers are those of the layers it calls and those it reads itself ('.'
 // replaced by '_'), the scripted module's own tensors; train() switches those layers and flags
-// only. An input it writes into is copied first. Its random draws come from unit_generator()
+// only, and empties the dicts it writes into. An input it writes into is copied first. Its random draws come from unit_generator()
 // (make_draws_exact).
 class ScriptSegmentImpl : public torch::nn::Module, public FlopCounted, public RandomDrawing {
  public:
@@ -76,6 +77,7 @@ class ScriptSegmentImpl : public torch::nn::Module, public FlopCounted, public R
   std::shared_ptr<torch::jit::GraphFunction> function_;
   std::vector<torch::jit::Module> modules_;  // the layers it calls
   std::vector<torch::jit::Module> flagged_;  // modules whose training flag it reads
+  std::vector<std::pair<torch::jit::Module, std::string>> caches_;  // dicts it fills: owner, name
   std::vector<size_t> written_;              // inputs its graph writes into
   std::vector<std::vector<int64_t>> shapes_;  // of the last forward's inputs
   std::vector<torch::Tensor> numbers_;        // its inputs that are numbers: of no dimensions or of

@@ -187,6 +187,45 @@ TEST(TorchScriptDag, ATupleACallReturnsCrossesAsItsElements) {
                          "s");
 }
 
+// A dict the forward fills in evaluation mode (timm's attention-bias caches) holds values made
+// from the weights of that time: emptied when the mode switches, an evaluation after training
+// computes with the weights as they are, as the network loaded afresh does.
+TEST(TorchScriptDag, ACacheTheForwardFillsIsEmptiedWhenTheModeSwitches) {
+  test::TempDir dir;
+  torch::manual_seed(5);
+  torch::jit::Module net("__torch__.CacheNet");
+  net.register_attribute("training", c10::BoolType::get(), true);
+  net.register_module("c1", test::script_conv2d(1, 4, 1));
+  net.register_module("c2", test::script_conv2d(4, 4, 1));
+  net.register_module("fc", test::script_linear(256, 3));
+  net.register_parameter("table", torch::randn({4, 1, 1}), false);
+  const auto dict = c10::DictType::create(c10::StringType::get(), c10::TensorType::get());
+  net.register_attribute("cache", dict, c10::impl::GenericDict(c10::StringType::get(), c10::TensorType::get()));
+  net.define(
+      "\ndef forward(self, x):\n    h = self.c1.forward(x)\n    if self.training:\n        b = self.table * 2.0\n"
+      "    else:\n        if 'b' not in self.cache:\n            self.cache['b'] = self.table * 2.0\n"
+      "        b = self.cache['b']\n    h = self.c2.forward(torch.relu(h + b))\n"
+      "    return self.fc.forward(torch.flatten(h, 1))\n");
+  const std::string file = test::save_script(net, dir.file("cache.pt"));
+  const auto model = models::load_torchscript(file, kInput);
+  ASSERT_EQ(model.units.size(), 3u);
+  auto mode = [&](bool training) {
+    for (const auto& unit : model.units) unit.module.ptr()->train(training);
+  };
+  const auto x = torch::randn({2, 1, 8, 8});
+  torch::NoGradGuard no_grad;
+  mode(false);
+  model.forward(x);  // fills the cache
+  model.script->attr("table").toTensor().mul_(3.0);  // a training step
+  mode(true);
+  EXPECT_EQ(model.script->attr("cache").toGenericDict().size(), 0u);
+  mode(false);
+  auto fresh = torch::jit::load(file);
+  fresh.attr("table").toTensor().copy_(model.script->attr("table").toTensor());
+  fresh.eval();
+  EXPECT_TRUE(torch::equal(model.forward(x), fresh.forward({x}).toTensor()));
+}
+
 // A shortcut's projection beside the convolution on the same input (ResNetV2's, DLA's, the NF
 // nets' downsampling): the layer after the register reads only what the one before it read,
 // which passes through that piece as its output, and a register may follow every layer.
