@@ -158,7 +158,8 @@ struct ProcessGroup::Impl {
   std::condition_variable changed;
   std::deque<PendingSend> pending;
   bool busy = false, closing = false;
-  std::string error;  // first failure of a send, with the peer named
+  std::string error;  // first failure of a send (Gloo's words), to `error_peer`
+  int error_peer = -1;
   std::thread reaper;
   int partitions = 1;  // of each replica: rank r x partitions + k runs partition k of replica r
   int replicas = 1;
@@ -178,15 +179,18 @@ struct ProcessGroup::Impl {
       lock.unlock();
       std::string failure;
       try {
-        if (!send.work->wait(timeout)) throw std::runtime_error("the send was aborted");
+        if (!send.work->wait(timeout)) throw std::runtime_error("the send was aborted (connection closed)");
       } catch (const std::exception& e) {
-        failure = c10::str(describe(send.peer, partitions, replicas), " did not take a message within ",
-                           timeout_seconds, " s (it died, hangs or failed): ", e.what());
+        failure = e.what();
       }
+      const int peer = send.peer;
       send = PendingSend();
       lock.lock();
       busy = false;
-      if (!failure.empty() && error.empty()) error = failure;
+      if (!failure.empty() && error.empty()) {
+        error = failure;
+        error_peer = peer;
+      }
       changed.notify_all();
     }
   }

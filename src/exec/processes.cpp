@@ -280,14 +280,21 @@ std::string ProcessGroup::first_loss(int lost) {
   }
 }
 
-void ProcessGroup::send(const torch::Tensor& tensor, int dst, int tag) {
+// A send the reaper saw fail is reported as a failed wait is (fail): the silent rank named and
+// on record, so that the ranks that wait for this one name it too.
+void ProcessGroup::fail_if_a_send_failed() {
+  std::string error;
+  int peer = -1;
   {
     std::lock_guard<std::mutex> lock(impl_->mutex);
-    if (!impl_->error.empty()) {
-      failed_ = true;
-      throw RuntimeError(impl_->error);
-    }
+    error = impl_->error;
+    peer = impl_->error_peer;
   }
+  if (!error.empty()) fail(peer, "send to it", std::runtime_error(error));
+}
+
+void ProcessGroup::send(const torch::Tensor& tensor, int dst, int tag) {
+  fail_if_a_send_failed();
   std::vector<at::Tensor> tensors{tensor.to(torch::kCPU).contiguous()};
   PendingSend pending;
   try {
@@ -369,10 +376,8 @@ ProcessGroup::Received ProcessGroup::recv_tensor(int src, int tag) {
 void ProcessGroup::flush() {
   std::unique_lock<std::mutex> lock(impl_->mutex);
   impl_->changed.wait(lock, [&] { return impl_->pending.empty() && !impl_->busy; });
-  if (!impl_->error.empty()) {
-    failed_ = true;
-    throw RuntimeError(impl_->error);
-  }
+  lock.unlock();
+  fail_if_a_send_failed();
 }
 
 // Of two ranks the other is the one a collective waits for; of more, Gloo's relay order

@@ -102,6 +102,7 @@ class ProcessGroup {
 
  private:
   [[noreturn]] void fail(int peer, const std::string& what, const std::exception& e);
+  void fail_if_a_send_failed();
   std::string first_loss(int lost);
   // The constructor's steps: the TCPStore, the configuration check, the Gloo group.
   void connect_store(const ProcessGroupOptions& o, const std::string& where);
