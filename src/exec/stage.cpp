@@ -240,13 +240,32 @@ void Stage::take_inputs(const StageTensors& input, Pending& p) const {
   }
 }
 
+namespace {
+
+// Whether `t` shares memory with one of `module`'s parameters or buffers.
+bool shares_weights(const torch::Tensor& t, const torch::nn::Module& module) {
+  if (!t.defined() || !t.has_storage()) return false;
+  const auto shares = [&](const std::vector<torch::Tensor>& weights) {
+    return std::any_of(weights.begin(), weights.end(),
+                       [&](const torch::Tensor& w) { return w.has_storage() && t.is_alias_of(w); });
+  };
+  return shares(module.parameters()) || shares(module.buffers());
+}
+
+}  // namespace
+
 StageTensors Stage::forward(int64_t step, const StageTensors& input, int micro) {
   SP_CHECK(!is_last(), "partition ", index_ + 1, ": forward() called on the last partition");
   Pending p;
   take_inputs(input, p);
   forward_pass(step, micro, p, {}, 1.0);
-  // A slot's outputs are written again by its next replay: what leaves it is a copy.
-  const auto leaving = [&](const torch::Tensor& t) { return p.slot >= 0 ? t.detach().clone() : t.detach(); };
+  // A slot's outputs are written again by its next replay: what leaves it is a copy. So is a
+  // tensor that shares memory with this partition's weights (a skip that is a view of a
+  // parameter, as ConViT's `self.cls_token.expand(B, -1, -1)`): the next partition reads it
+  // while this one goes on to its update, which writes the weight in place.
+  const auto leaving = [&](const torch::Tensor& t) {
+    return p.slot >= 0 || shares_weights(t, *module_) ? t.detach().clone() : t.detach();
+  };
   StageTensors out{leaving(p.output), {}};
   for (const torch::Tensor& skip : p.skip_outputs) out.skips.push_back(leaving(skip));
   in_flight_.emplace(Key{step, micro}, std::move(p));

@@ -598,6 +598,13 @@ class Segmenter {
       if (count > 0 && pieces_.back().weight_layers == 0) {
         pieces_.back().first_layer = layers.empty() ? container : layer_path(layers.front(), self_);
       }
+      // Layers inside a branch or loop that only the running forward decides (a window
+      // attention taken as it is or padded first, by the input's size) run in one piece.
+      if (count > 1 && pieces_.back().joined.empty()) {
+        pieces_.back().joined = c10::str(script_node_place(*node), container.empty()
+                                                                       ? " holds them: a branch or loop decided as it runs"
+                                                                       : " picks them by an index known as it runs");
+      }
       pieces_.back().weight_layers += count;
     }
     place(deferred);  // checks after the last node that reads the input
@@ -823,6 +830,7 @@ void collect_uses(const torch::jit::Block* block, const Value* self, PieceUses& 
       const std::string path = module_path(node->output(), self);
       if (node->s(c10::attr::name) == "training") uses.flags.insert(module_path(node->input(0), self));
       if (holds_tensor(node->output()->type())) uses.tensors.insert(path);
+      if (is_tensor_list(node->output()->type())) uses.tensor_lists.insert(path);
       if (node->output()->type()->kind() == c10::TypeKind::DictType && written_through(node->output())) {
         uses.caches.insert(path);
       }
@@ -857,6 +865,24 @@ std::vector<ScriptTensor> piece_tensors(const torch::jit::Module& script, const 
     const auto slot = owner.type()->findAttributeSlot(name);
     if (!slot || !owner._ivalue()->getSlot(*slot).isTensor()) continue;  // an optional tensor that is None
     add(path, owner._ivalue()->getSlot(*slot).toTensor(), owner.type()->is_parameter(*slot));
+  }
+  // A list attribute of its module's own tensors (nn.LSTM's _flat_weights, which aten::lstm
+  // reads): those tensors, by the names the module gives them.
+  for (const std::string& path : uses.tensor_lists) {
+    const size_t dot = path.rfind('.');
+    const auto owner = submodule(script, dot == std::string::npos ? "" : path.substr(0, dot));
+    const std::string prefix = dot == std::string::npos ? "" : path.substr(0, dot + 1);
+    const auto list = owner.attr(dot == std::string::npos ? path : path.substr(dot + 1));
+    if (!list.isList()) continue;
+    for (const c10::IValue& element : list.toListRef()) {
+      if (!element.isTensor()) continue;
+      for (const auto& p : owner.named_parameters(/*recurse=*/false)) {
+        if (p.value.is_same(element.toTensor())) add(prefix + p.name, p.value, true);
+      }
+      for (const auto& b : owner.named_buffers(/*recurse=*/false)) {
+        if (b.value.is_same(element.toTensor())) add(prefix + b.name, b.value, false);
+      }
+    }
   }
   return out;
 }

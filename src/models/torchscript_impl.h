@@ -51,6 +51,7 @@ struct PieceUses {
   std::set<std::string> tensors;  // the tensors it reads itself (a batch norm's, a layer scale)
   std::set<std::string> flags;    // the modules whose training flag it reads
   std::set<std::string> caches;   // the dicts it writes into (a cache of values made from weights)
+  std::set<std::string> tensor_lists;  // lists of its module's tensors it reads (an LSTM's weights)
 };
 
 // A piece of a scripted module's forward that is not its children in order, as a unit: the

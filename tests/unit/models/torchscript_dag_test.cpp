@@ -226,6 +226,28 @@ TEST(TorchScriptDag, ACacheTheForwardFillsIsEmptiedWhenTheModeSwitches) {
   EXPECT_TRUE(torch::equal(model.forward(x), fresh.forward({x}).toTensor()));
 }
 
+// A skip tensor that is a view of a parameter (ConViT's `self.cls_token.expand(B, -1, -1)`,
+// made in the first piece and read in the last) leaves its partition as a copy: the partition
+// that owns the parameter updates it in place while a later one may still be to read it, and
+// the threads executor trained as its timing fell, unlike the emulated one.
+TEST(TorchScriptDag, ASkipThatViewsAParameterCrossesAsItWasInTheForward) {
+  test::TempDir dir;
+  torch::manual_seed(5);
+  torch::jit::Module net("__torch__.TokenNet");
+  net.register_attribute("training", c10::BoolType::get(), true);
+  net.register_module("c1", test::script_conv2d(1, 4, 1));
+  net.register_module("c2", test::script_conv2d(4, 4, 1));
+  net.register_module("c3", test::script_conv2d(4, 4, 1));
+  net.register_module("fc", test::script_linear(256, 3));
+  net.register_parameter("token", torch::randn({1, 4, 1, 1}).requires_grad_(), false);
+  net.define(
+      "\ndef forward(self, x):\n    t = self.token.expand(x.size(0), 4, 8, 8)\n    h = self.c1.forward(x)\n"
+      "    h = self.c3.forward(torch.relu(self.c2.forward(h))) + t\n"
+      "    return self.fc.forward(torch.flatten(h, 1))\n");
+  const std::string file = test::save_script(net, dir.file("token.pt"));
+  expect_trains_as_uncut_and_alike(file, {1, 2}, {2});
+}
+
 // A shortcut's projection beside the convolution on the same input (ResNetV2's, DLA's, the NF
 // nets' downsampling): the layer after the register reads only what the one before it read,
 // which passes through that piece as its output, and a register may follow every layer.
@@ -283,6 +305,22 @@ TEST(TorchScriptDag, AListWhoseLengthFollowsTheBatchJoinsThePiecesItWouldCross) 
                        "aten::split");
 }
 
+TEST(TorchScriptDag, LayersInABranchAreOneUnitThatSaysWhy) {
+  test::TempDir dir;
+  // Which layers run is known only when the forward runs (TinyViT's window attention, padded
+  // first where the input's size asks for it).
+  const std::string file = joined_file(dir, "branch_layers.pt",
+                                       "\ndef forward(self, x):\n    h = self.c1.forward(x)\n"
+                                       "    if bool(h.sum() > 0.0):\n        h = self.c3.forward(self.c2.forward(h))\n"
+                                       "    else:\n        h = self.c3.forward(h)\n"
+                                       "    return self.fc.forward(torch.flatten(h, 1))\n");
+  const auto model = models::load_torchscript(file, kInput);
+  ASSERT_EQ(model.units.size(), 3u);
+  EXPECT_NE(model.units[1].joined.find("prim::If"), std::string::npos) << model.units[1].joined;
+  EXPECT_NE(model.units[1].joined.find("a branch or loop decided as it runs"), std::string::npos);
+  EXPECT_EQ(model.cut_layers(), (std::vector<int>{1, 4}));
+}
+
 TEST(TorchScriptDag, AListABranchMakesJoinsThePiecesItWouldCross) {
   test::TempDir dir;
   // Which list the branch makes is known only when it runs; it is read after c2.
@@ -316,6 +354,20 @@ TEST(TorchScriptDag, AListOfChildrenHandedToACallCrossesAsItsTensors) { expect_c
 
 TEST(TorchScriptDag, AListAssignedInALoopAndModulesPickedByIndexCrossAsTensors) {
   expect_cut_everywhere("branches_list.pt", 8);
+}
+
+// An LSTM (Sequencer's blocks) reads its weights from the list nn.LSTM keeps of them: they are
+// the tensors of the piece that runs it, and train as without the register.
+TEST(TorchScriptDag, AnLstmsWeightsReadAsAListBelongToItsPiece) {
+  const std::string file = STALEPIPE_SOURCE_DIR "/tests/fixtures/lstm_list.pt";
+  const auto model = models::load_torchscript(file, kInput);
+  ASSERT_EQ(model.units.size(), 2u);
+  EXPECT_EQ(model.cut_layers(), (std::vector<int>{1}));
+  const auto params = model.units[0].module.ptr()->named_parameters();
+  EXPECT_NE(params.find("rnn_weight_ih_l0"), nullptr);
+  const auto x = torch::randn({2, 1, 8, 8});
+  EXPECT_TRUE(torch::allclose(model.forward(x), torch::jit::Module(*model.script).forward({x}).toTensor()));
+  expect_trains_as_uncut_and_alike(file, {1}, {1});
 }
 
 // A register hands on a tensor in the layout it has: the next layer computes on what it
