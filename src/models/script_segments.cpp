@@ -601,9 +601,9 @@ class Segmenter {
       // Layers inside a branch or loop that only the running forward decides (a window
       // attention taken as it is or padded first, by the input's size) run in one piece.
       if (count > 1 && pieces_.back().joined.empty()) {
-        pieces_.back().joined = c10::str(script_node_place(*node), container.empty()
-                                                                       ? " holds them: a branch or loop decided as it runs"
-                                                                       : " picks them by an index known as it runs");
+        const char* why = container.empty() ? " holds them: a branch or loop decided as it runs"
+                                            : " picks them by an index known as it runs";
+        pieces_.back().joined = c10::str(script_node_place(*node), why);
       }
       pieces_.back().weight_layers += count;
     }
