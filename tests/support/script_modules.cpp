@@ -105,10 +105,12 @@ def forward(self, x):
 
 torch::jit::Module script_module(const std::string& type,
                                  const std::vector<std::pair<std::string, torch::jit::Module>>& children,
-                                 const std::string& forward_source) {
+                                 const std::string& forward_source,
+                                 const std::function<void(torch::jit::Module&)>& attributes) {
   torch::jit::Module m(type);
   m.register_attribute("training", c10::BoolType::get(), true);
   for (const auto& [name, child] : children) m.register_module(name, child);
+  if (attributes) attributes(m);
   m.define(forward_source);
   return m;
 }

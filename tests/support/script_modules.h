@@ -3,6 +3,7 @@
 // need no Python. Weights come from the default generator: seed it first.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -23,10 +24,12 @@ torch::jit::Module script_batch_norm2d(int64_t channels);
 torch::jit::Module script_dropout(double p);
 // A torch.nn.Sequential of `children`, named "0", "1", ...
 torch::jit::Module script_sequential(const std::vector<torch::jit::Module>& children);
-// A module of class `type` with the given children and forward (TorchScript source).
+// A module of class `type` with the given children and forward (TorchScript source);
+// `attributes`, if given, registers what else the forward reads (a parameter, a dict) first.
 torch::jit::Module script_module(const std::string& type,
                                  const std::vector<std::pair<std::string, torch::jit::Module>>& children,
-                                 const std::string& forward_source);
+                                 const std::string& forward_source,
+                                 const std::function<void(torch::jit::Module&)>& attributes = {});
 
 // Defines the forward of `module` (TorchScript source), which may call the free functions that
 // `functions_source` defines, as prim::CallFunction: as torch.jit.script compiles the Python

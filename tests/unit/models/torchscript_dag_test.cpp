@@ -193,19 +193,18 @@ TEST(TorchScriptDag, ATupleACallReturnsCrossesAsItsElements) {
 TEST(TorchScriptDag, ACacheTheForwardFillsIsEmptiedWhenTheModeSwitches) {
   test::TempDir dir;
   torch::manual_seed(5);
-  torch::jit::Module net("__torch__.CacheNet");
-  net.register_attribute("training", c10::BoolType::get(), true);
-  net.register_module("c1", test::script_conv2d(1, 4, 1));
-  net.register_module("c2", test::script_conv2d(4, 4, 1));
-  net.register_module("fc", test::script_linear(256, 3));
-  net.register_parameter("table", torch::randn({4, 1, 1}), false);
-  const auto dict = c10::DictType::create(c10::StringType::get(), c10::TensorType::get());
-  net.register_attribute("cache", dict, c10::impl::GenericDict(c10::StringType::get(), c10::TensorType::get()));
-  net.define(
+  const auto net = test::script_module(
+      "__torch__.CacheNet",
+      {{"c1", test::script_conv2d(1, 4, 1)}, {"c2", test::script_conv2d(4, 4, 1)}, {"fc", test::script_linear(256, 3)}},
       "\ndef forward(self, x):\n    h = self.c1.forward(x)\n    if self.training:\n        b = self.table * 2.0\n"
       "    else:\n        if 'b' not in self.cache:\n            self.cache['b'] = self.table * 2.0\n"
       "        b = self.cache['b']\n    h = self.c2.forward(torch.relu(h + b))\n"
-      "    return self.fc.forward(torch.flatten(h, 1))\n");
+      "    return self.fc.forward(torch.flatten(h, 1))\n",
+      [](torch::jit::Module& m) {
+        m.register_parameter("table", torch::randn({4, 1, 1}), false);
+        const auto dict = c10::DictType::create(c10::StringType::get(), c10::TensorType::get());
+        m.register_attribute("cache", dict, c10::impl::GenericDict(c10::StringType::get(), c10::TensorType::get()));
+      });
   const std::string file = test::save_script(net, dir.file("cache.pt"));
   const auto model = models::load_torchscript(file, kInput);
   ASSERT_EQ(model.units.size(), 3u);
@@ -233,17 +232,14 @@ TEST(TorchScriptDag, ACacheTheForwardFillsIsEmptiedWhenTheModeSwitches) {
 TEST(TorchScriptDag, ASkipThatViewsAParameterCrossesAsItWasInTheForward) {
   test::TempDir dir;
   torch::manual_seed(5);
-  torch::jit::Module net("__torch__.TokenNet");
-  net.register_attribute("training", c10::BoolType::get(), true);
-  net.register_module("c1", test::script_conv2d(1, 4, 1));
-  net.register_module("c2", test::script_conv2d(4, 4, 1));
-  net.register_module("c3", test::script_conv2d(4, 4, 1));
-  net.register_module("fc", test::script_linear(256, 3));
-  net.register_parameter("token", torch::randn({1, 4, 1, 1}).requires_grad_(), false);
-  net.define(
+  const auto net = test::script_module(
+      "__torch__.TokenNet",
+      {{"c1", test::script_conv2d(1, 4, 1)}, {"c2", test::script_conv2d(4, 4, 1)}, {"c3", test::script_conv2d(4, 4, 1)},
+       {"fc", test::script_linear(256, 3)}},
       "\ndef forward(self, x):\n    t = self.token.expand(x.size(0), 4, 8, 8)\n    h = self.c1.forward(x)\n"
       "    h = self.c3.forward(torch.relu(self.c2.forward(h))) + t\n"
-      "    return self.fc.forward(torch.flatten(h, 1))\n");
+      "    return self.fc.forward(torch.flatten(h, 1))\n",
+      [](torch::jit::Module& m) { m.register_parameter("token", torch::randn({1, 4, 1, 1}).requires_grad_(), false); });
   const std::string file = test::save_script(net, dir.file("token.pt"));
   expect_trains_as_uncut_and_alike(file, {1, 2}, {2});
 }
