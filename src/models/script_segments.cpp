@@ -700,7 +700,7 @@ class Segmenter {
   // that the piece before hands on to it (main_of).
   void merge_pieces_the_next_does_not_continue() {
     for (size_t p = 1; p < pieces_.size();) {
-      if (main_of(p)) {
+      if (main_of(p, reads(p))) {
         ++p;
         continue;
       }
@@ -708,11 +708,11 @@ class Segmenter {
     }
   }
 
-  // The tensor piece p continues from: the first it reads of piece p - 1's, else the first it
-  // reads of an earlier piece's (or the network's input).
-  Value* main_of(size_t p) const {
+  // The tensor piece p continues from: the first it reads (`in`, reads(p)) of piece p - 1's,
+  // else the first it reads of an earlier piece's (or the network's input).
+  Value* main_of(size_t p, const std::vector<Value*>& in) const {
     Value* earlier = nullptr;
-    for (Value* v : reads(p)) {
+    for (Value* v : in) {
       if (v->type()->kind() != c10::TypeKind::TensorType) continue;
       if (producer(v) == static_cast<int>(p) - 1) return v;
       if (!earlier) earlier = v;
@@ -769,15 +769,16 @@ class Segmenter {
       holder[v] = static_cast<int>(to);
     };
     for (size_t p = 0; p < pieces_.size(); ++p) {
+      const std::vector<Value*> in = reads(p);
       if (p > 0) {
-        Value* main = main_of(p);
+        Value* main = main_of(p, in);
         // An earlier tensor passes through piece p - 1 as its output.
         const auto held = holder.find(main);
         if ((held == holder.end() ? producer(main) : held->second) != static_cast<int>(p) - 1) hand(main, p - 1);
         pieces_[p].main_in = pieces_[p - 1].main_out = main;
         holder[main] = static_cast<int>(p);
       }
-      for (Value* v : reads(p)) {
+      for (Value* v : in) {
         SP_CHECK(tensors_crossing(v) > 0, file_, ": ", script_node_place(*v->node()), " makes a ", v->type()->str(),
                  " that crosses between pieces");  // merged: never
         if (v != pieces_[p].main_in) hand(v, p);
@@ -845,6 +846,13 @@ struct ScriptTensor {
   bool parameter = false;  // else a buffer
 };
 
+// An attribute's path as the path of the module that holds it ("" for the top) and its name.
+std::pair<std::string, std::string> split_attribute_path(const std::string& path) {
+  const size_t dot = path.rfind('.');
+  if (dot == std::string::npos) return {"", path};
+  return {path.substr(0, dot), path.substr(dot + 1)};
+}
+
 // The parameters and buffers a piece uses: those of the layers it calls and those it reads.
 std::vector<ScriptTensor> piece_tensors(const torch::jit::Module& script, const PieceUses& uses) {
   std::vector<ScriptTensor> out;
@@ -859,9 +867,8 @@ std::vector<ScriptTensor> piece_tensors(const torch::jit::Module& script, const 
     for (const auto& b : layer.named_buffers(/*recurse=*/true)) add(prefix + b.name, b.value, false);
   }
   for (const std::string& path : uses.tensors) {
-    const size_t dot = path.rfind('.');
-    const auto owner = submodule(script, dot == std::string::npos ? "" : path.substr(0, dot));
-    const std::string name = dot == std::string::npos ? path : path.substr(dot + 1);
+    const auto [owner_path, name] = split_attribute_path(path);
+    const auto owner = submodule(script, owner_path);
     const auto slot = owner.type()->findAttributeSlot(name);
     if (!slot || !owner._ivalue()->getSlot(*slot).isTensor()) continue;  // an optional tensor that is None
     add(path, owner._ivalue()->getSlot(*slot).toTensor(), owner.type()->is_parameter(*slot));
@@ -869,10 +876,10 @@ std::vector<ScriptTensor> piece_tensors(const torch::jit::Module& script, const 
   // A list attribute of its module's own tensors (nn.LSTM's _flat_weights, which aten::lstm
   // reads): those tensors, by the names the module gives them.
   for (const std::string& path : uses.tensor_lists) {
-    const size_t dot = path.rfind('.');
-    const auto owner = submodule(script, dot == std::string::npos ? "" : path.substr(0, dot));
-    const std::string prefix = dot == std::string::npos ? "" : path.substr(0, dot + 1);
-    const auto list = owner.attr(dot == std::string::npos ? path : path.substr(dot + 1));
+    const auto [owner_path, name] = split_attribute_path(path);
+    const auto owner = submodule(script, owner_path);
+    const std::string prefix = owner_path.empty() ? "" : owner_path + ".";
+    const auto list = owner.attr(name);
     if (!list.isList()) continue;
     for (const c10::IValue& element : list.toListRef()) {
       if (!element.isTensor()) continue;
@@ -971,9 +978,8 @@ ScriptSegmentImpl::ScriptSegmentImpl(torch::jit::Module script, std::shared_ptr<
   for (const std::string& path : uses.flags) flagged_.push_back(submodule(script_, path));
   for (const std::string& path : uses.calls) modules_.push_back(submodule(script_, path));
   for (const std::string& path : uses.caches) {
-    const size_t dot = path.rfind('.');
-    caches_.emplace_back(submodule(script_, dot == std::string::npos ? "" : path.substr(0, dot)),
-                         dot == std::string::npos ? path : path.substr(dot + 1));
+    const auto [owner_path, name] = split_attribute_path(path);
+    caches_.emplace_back(submodule(script_, owner_path), name);
   }
   for (const ScriptTensor& t : piece_tensors(script_, uses)) {
     if (t.parameter) {
